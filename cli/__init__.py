@@ -1,0 +1,1 @@
+"""The `astrid` command line."""

@@ -1,0 +1,12 @@
+"""User-facing errors: one line naming the cause and the fix, no traceback unless -v."""
+
+from __future__ import annotations
+
+import click
+
+
+class UserError(click.ClickException):
+    """An error the user can fix; printed as `error: <message>`."""
+
+    def show(self, file=None) -> None:  # noqa: D102 - click API
+        click.echo(f"error: {self.format_message()}", err=True)

@@ -1,0 +1,65 @@
+"""Entry point of the `astrid` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+
+def package_version() -> str:
+    try:
+        return version("astrid-py")
+    except PackageNotFoundError:  # running from a source tree without install
+        return "0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_version(), "--version", prog_name="astrid")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr; -v also shows tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """astrid: run sandboxed WebAssembly capsules and serve their resources over MCP."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+@cli.group()
+def mcp() -> None:
+    """Serve capsule resources to MCP clients."""
+
+
+@cli.group()
+def capsule() -> None:
+    """Create, build and inspect capsules."""
+
+
+@cli.group()
+def resources() -> None:
+    """List and read resources without an MCP client (for debugging capsules)."""
+
+
+def _register_commands() -> None:
+    # Each command group lives in its own module; import them for their side
+    # effect of attaching commands to the groups above.
+    from astrid.cli import capsule_cmd, mcp_cmd, resources_cmd  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register_commands()
+    verbose = "-v" in (argv if argv is not None else sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="astrid", standalone_mode=True)
+    except Exception as exc:  # last resort: never a traceback unless -v
+        if verbose:
+            raise
+        click.echo(f"error: {exc} (run with -v for details)", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

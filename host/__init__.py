@@ -1,0 +1,1 @@
+"""astrid host: the kernel that runs capsules, the resource broker and the MCP glue."""

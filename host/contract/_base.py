@@ -1,0 +1,68 @@
+"""The JSON encoding rule shared by every bus record (SPEC §4).
+
+snake_case keys, options absent or null, unknown keys ignored, a value of the
+wrong type rejects the whole message (strict: no "1" -> 1 coercion).
+Limits come from the validation context (`{"limits": Limits}`) so they stay
+configurable in one place; without a context the defaults apply.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
+
+from astrid.host.limits import DEFAULT_LIMITS, Limits
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict: options that are None are left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_wire(), separators=(",", ":"), ensure_ascii=False)
+
+
+class WitType:
+    """Marks the WIT type of a field whose Python type is ambiguous (u32, f32)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+U32 = Annotated[int, Field(ge=0, le=2**32 - 1), WitType("u32")]
+F32 = Annotated[float, WitType("f32")]
+U64 = Annotated[int, Field(ge=0, le=2**64 - 1), WitType("u64")]
+
+
+def limits_of(info: ValidationInfo) -> Limits:
+    context = info.context or {}
+    return context.get("limits", DEFAULT_LIMITS)
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_bytes(value: str | None, limit: int, what: str) -> str | None:
+    if value is not None and utf8_len(value) > limit:
+        raise ValueError(f"{what} is longer than {limit} bytes")
+    return value
+
+
+def check_meta(value: str | None, limit: int) -> str | None:
+    """`meta` is a JSON object encoded as a string, at most `limit` bytes."""
+    if value is None:
+        return None
+    check_bytes(value, limit, "meta")
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        raise ValueError("meta is not JSON (it must be a JSON object encoded as a string)") from None
+    if not isinstance(decoded, dict):
+        raise ValueError("meta must encode a JSON object")
+    return value

@@ -1,0 +1,160 @@
+"""Records of `astrid-bus:types` and `astrid-bus:%resource` as pydantic models.
+
+The WIT files are the source of truth; `tests/host/contract/test_wit_agreement.py`
+fails when these drift from them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, TypeAdapter, ValidationInfo, field_validator, model_validator
+
+from astrid.host.contract._base import F32, U32, WireModel, check_bytes, check_meta, limits_of
+from astrid.host.topics import is_clean_segment
+
+ResourceRole = Literal["user", "assistant"]
+IconTheme = Literal["light", "dark"]
+
+
+class Annotations(WireModel):
+    audience: list[ResourceRole] = []
+    priority: F32 | None = None
+    last_modified: str | None = None
+
+
+class Icon(WireModel):
+    src: str
+    mime_type: str | None = None
+    sizes: list[str] = []
+    theme: IconTheme | None = None
+
+
+class ResourceDefinition(WireModel):
+    uri: str = Field(min_length=1)
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: U32 | None = None
+    annotations: Annotations | None = None
+    icons: list[Icon] = []
+    meta: str | None = None
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_limit(cls, value: str, info: ValidationInfo) -> str:
+        return check_bytes(value, limits_of(info).uri_bytes, "uri")
+
+    @field_validator("title")
+    @classmethod
+    def _title_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_bytes(value, limits_of(info).title_bytes, "title")
+
+    @field_validator("description")
+    @classmethod
+    def _description_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_bytes(value, limits_of(info).description_bytes, "description")
+
+    @field_validator("icons")
+    @classmethod
+    def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
+        return value[: limits_of(info).icons_per_definition]  # extras dropped (SPEC §7)
+
+    @field_validator("meta")
+    @classmethod
+    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_meta(value, limits_of(info).meta_bytes)
+
+
+class _Chunk(WireModel):
+    uri: str
+    mime_type: str | None = None
+    meta: str | None = None
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_limit(cls, value: str, info: ValidationInfo) -> str:
+        return check_bytes(value, limits_of(info).uri_bytes, "uri")
+
+    @field_validator("meta")
+    @classmethod
+    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_meta(value, limits_of(info).meta_bytes)
+
+
+class TextChunk(_Chunk):
+    """The `text(resource-text)` arm of `resource-contents`."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+    def raw_size(self) -> int:
+        return len(self.text.encode("utf-8", "surrogatepass"))
+
+
+class BlobChunk(_Chunk):
+    """The `blob(resource-blob)` arm of `resource-contents`."""
+
+    type: Literal["blob"] = "blob"
+    blob: str
+
+    @field_validator("blob")
+    @classmethod
+    def _base64(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("blob is not valid base64") from None
+        return value
+
+    def raw_size(self) -> int:
+        return len(base64.b64decode(self.blob))
+
+
+ResourceChunk = Annotated[Union[TextChunk, BlobChunk], Field(discriminator="type")]
+chunk_adapter: TypeAdapter[TextChunk | BlobChunk] = TypeAdapter(ResourceChunk)
+
+
+class DescribeResponse(WireModel):
+    resources: list[ResourceDefinition]
+
+    @field_validator("resources")
+    @classmethod
+    def _count_limit(cls, value: list[ResourceDefinition], info: ValidationInfo) -> list[ResourceDefinition]:
+        limit = limits_of(info).resources_per_describe
+        if len(value) > limit:
+            raise ValueError(f"more than {limit} resources in one describe reply")
+        return value
+
+
+class ReadRequest(WireModel):
+    uri: str
+    correlation_id: str
+
+    @field_validator("correlation_id")
+    @classmethod
+    def _clean(cls, value: str) -> str:
+        if not is_clean_segment(value):
+            raise ValueError("correlation_id must be one topic segment of [a-z0-9_-]")
+        return value
+
+
+class ReadResponse(WireModel):
+    uri: str
+    contents: list[ResourceChunk] = []
+    error: str | None = None
+    meta: str | None = None
+
+    @model_validator(mode="after")
+    def _error_means_no_contents(self) -> "ReadResponse":
+        if self.error is not None and self.contents:
+            raise ValueError("contents must be empty when error is set")
+        return self
+
+    @field_validator("meta")
+    @classmethod
+    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_meta(value, limits_of(info).meta_bytes)

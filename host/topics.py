@@ -1,0 +1,84 @@
+"""The bus topic grammar (SPEC §2).
+
+A topic is 1-8 dot-separated segments of `[a-z0-9_-]+`, at most 256 bytes.
+A subscription pattern is a topic whose last segment may be `*`, matching one
+or more trailing segments.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_TOPIC_BYTES = 256
+MAX_SEGMENTS = 8
+WILDCARD = "*"
+
+_SEGMENT = re.compile(r"[a-z0-9_-]+")
+
+
+class TopicError(ValueError):
+    """A topic or pattern that breaks the grammar."""
+
+
+def topic_problem(topic: object, *, pattern: bool = False) -> str | None:
+    """Why `topic` is not a valid topic (or pattern), or None when it is."""
+    kind = "pattern" if pattern else "topic"
+    if not isinstance(topic, str):
+        return f"{kind} must be a string"
+    if not topic:
+        return f"{kind} is empty"
+    if len(topic.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        return f"{kind} is longer than {MAX_TOPIC_BYTES} bytes"
+    segments = topic.split(".")
+    if len(segments) > MAX_SEGMENTS:
+        return f"{kind} has more than {MAX_SEGMENTS} segments"
+    for index, segment in enumerate(segments):
+        if segment == WILDCARD and pattern:
+            if index != len(segments) - 1:
+                return "`*` is allowed only as the last segment"
+            if index == 0:
+                return "a pattern needs at least one segment before `*`"
+            continue
+        if not segment:
+            return f"{kind} has an empty segment"
+        if not _SEGMENT.fullmatch(segment):
+            return f"segment {segment!r} is not [a-z0-9_-]+"
+    return None
+
+
+def is_valid_topic(topic: object) -> bool:
+    return topic_problem(topic) is None
+
+
+def is_valid_pattern(pattern: object) -> bool:
+    return topic_problem(pattern, pattern=True) is None
+
+
+def validate_topic(topic: object) -> str:
+    problem = topic_problem(topic)
+    if problem:
+        raise TopicError(f"invalid topic {topic!r}: {problem}")
+    return topic  # type: ignore[return-value]
+
+
+def validate_pattern(pattern: object) -> str:
+    problem = topic_problem(pattern, pattern=True)
+    if problem:
+        raise TopicError(f"invalid subscription pattern {pattern!r}: {problem}")
+    return pattern  # type: ignore[return-value]
+
+
+def pattern_matches(pattern: str, topic: str) -> bool:
+    """Does a valid `pattern` match a valid `topic`?
+
+    Exact match, or a trailing `*` standing for one or more segments.
+    """
+    if not pattern.endswith("." + WILDCARD):
+        return pattern == topic
+    prefix = pattern[:-1]  # keeps the trailing dot
+    return topic.startswith(prefix) and len(topic) > len(prefix)
+
+
+def is_clean_segment(value: object) -> bool:
+    """Can `value` be used as one topic segment (e.g. a correlation id)?"""
+    return isinstance(value, str) and len(value) <= MAX_TOPIC_BYTES and bool(_SEGMENT.fullmatch(value))

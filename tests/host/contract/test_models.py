@@ -1,0 +1,117 @@
+"""The JSON encoding rule and the SPEC §7 limits, enforced by the models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
+from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceReply
+from astrid.host.limits import Limits
+
+GOOD = {
+    "uri": "astrid://docs/readme",
+    "name": "readme",
+    "title": "Read me",
+    "mime_type": "text/markdown",
+    "size": 12,
+    "annotations": {"audience": ["user"], "priority": 0.5, "last_modified": "2026-01-01T00:00:00Z"},
+    "icons": [{"src": "data:image/png;base64,AA==", "sizes": ["48x48"], "theme": "dark"}],
+    "meta": '{"com.example/x": 1}',
+}
+
+
+def rejection(model, payload, **kwargs) -> str:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate_json(json.dumps(payload), **kwargs)
+    return str(caught.value)
+
+
+def test_full_definition_round_trips() -> None:
+    definition = ResourceDefinition.model_validate_json(json.dumps(GOOD))
+    assert definition.to_wire() == GOOD
+
+
+def test_unknown_keys_are_ignored_and_options_may_be_absent_or_null() -> None:
+    definition = ResourceDefinition.model_validate_json('{"uri":"a://b","name":"n","title":null,"future":1}')
+    assert definition.title is None
+    assert definition.to_wire() == {"uri": "a://b", "name": "n", "icons": []}
+
+
+@pytest.mark.parametrize(
+    "patch, field",
+    [
+        ({"name": 5}, "name"),
+        ({"size": "12"}, "size"),
+        ({"size": -1}, "size"),
+        ({"size": 2**32}, "size"),
+        ({"title": "x" * 4097}, "title"),
+        ({"description": "é" * 2049}, "description"),
+        ({"uri": "a://" + "x" * 2048}, "uri"),
+        ({"meta": "[1, 2]"}, "meta"),
+        ({"meta": "not json"}, "meta"),
+        ({"meta": json.dumps({"k": "v" * 4096})}, "meta"),
+        ({"annotations": {"audience": ["robot"]}}, "audience"),
+        ({"icons": [{"src": "x", "theme": "blue"}]}, "theme"),
+    ],
+)
+def test_malformed_definition_is_rejected_naming_the_field(patch: dict, field: str) -> None:
+    assert field in rejection(ResourceDefinition, {**GOOD, **patch})
+
+
+def test_extra_icons_are_dropped_not_rejected() -> None:
+    payload = {**GOOD, "icons": [{"src": f"i{n}"} for n in range(20)]}
+    assert len(ResourceDefinition.model_validate_json(json.dumps(payload)).icons) == 8
+
+
+def test_limits_come_from_the_validation_context() -> None:
+    tight = Limits(title_bytes=3)
+    assert "title" in rejection(ResourceDefinition, {**GOOD, "title": "four"}, context={"limits": tight})
+
+
+def test_describe_reply_over_the_resource_cap_is_rejected() -> None:
+    many = {"resources": [{"uri": f"a://{n}", "name": str(n)} for n in range(257)]}
+    assert "resources" in rejection(DescribeResponse, many)
+
+
+def test_chunks_use_the_type_discriminant() -> None:
+    text = chunk_adapter.validate_json('{"type":"text","uri":"a://b","text":"hi"}')
+    blob = chunk_adapter.validate_json('{"type":"blob","uri":"a://b","blob":"aGk="}')
+    assert (text.text, blob.raw_size()) == ("hi", 2)
+    assert text.to_wire() == {"type": "text", "uri": "a://b", "text": "hi"}
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {"type": "image", "uri": "a://b", "text": "x"},
+        {"uri": "a://b", "text": "x"},
+        {"type": "blob", "uri": "a://b", "blob": "not base64!"},
+        {"type": "text", "uri": "a://b", "text": 3},
+    ],
+)
+def test_malformed_chunk_is_rejected(chunk: dict) -> None:
+    with pytest.raises(ValidationError):
+        chunk_adapter.validate_json(json.dumps(chunk))
+
+
+def test_read_response_error_excludes_contents() -> None:
+    payload = {"uri": "a://b", "error": "boom", "contents": [{"type": "text", "uri": "a://b", "text": "x"}]}
+    assert "contents must be empty" in rejection(ReadResponse, payload)
+    ok = ReadResponse.model_validate_json('{"uri":"a://b","error":"boom"}')
+    assert ok.contents == []
+
+
+def test_correlation_and_request_ids_must_be_clean_segments() -> None:
+    assert "correlation_id" in rejection(ReadRequest, {"uri": "a://b", "correlation_id": "a.b"})
+    assert "req_id" in rejection(ListResourcesRequest, {"req_id": "x*"})
+    assert ReadRequest.model_validate_json('{"uri":"a://b","correlation_id":"c0ffee"}').correlation_id == "c0ffee"
+
+
+def test_front_door_reply_serialises_chunks_with_their_tag() -> None:
+    reply = ReadResourceReply(
+        req_id="r1", uri="a://b", contents=[chunk_adapter.validate_python({"type": "text", "uri": "a://b", "text": "t"})]
+    )
+    assert json.loads(reply.to_json())["contents"][0]["type"] == "text"

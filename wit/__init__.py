@@ -1,0 +1,6 @@
+"""The packaged WIT contract (`astrid.wit`): the folder this file sits in."""
+
+from pathlib import Path
+
+WIT_DIR = Path(__file__).resolve().parent
+CAPSULE_WORLD = "resource-capsule"
