@@ -1,0 +1,1 @@
+"""The kernel: wasm engine, compile cache, manifests, bus, host ABI, sandboxes, dispatch."""

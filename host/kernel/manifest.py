@@ -1,0 +1,156 @@
+"""`Capsule.toml`: the capsule manifest (upstream's new-style shape).
+
+    [package]            name, version, description
+    [[component]]        id, file  (the .wasm, relative to the capsule folder)
+    [subscribe]          "topic-pattern" = { wit = "...", handler = "..." }
+                         with `handler`: messages on the topic invoke
+                         astrid-hook-trigger(handler, payload); without it the
+                         entry only grants the subscribe ACL.
+    [publish]            "topic-pattern" = { wit = "..." }   (the publish ACL)
+    [config]             key = value, read with get-config
+    [resources]          families = ["astrid://docs/"]  (optional routing hint:
+                         the URI prefixes this capsule can own; reads for other
+                         URIs skip it)
+
+Unknown tables are an error naming them; names and topics use the bus grammar.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from astrid.host.topics import topic_problem
+
+MANIFEST_NAME = "Capsule.toml"
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; the message names the file and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Package(_Strict):
+    name: str
+    version: str = Field(min_length=1)
+    description: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("must be 1-64 characters of [a-z0-9_-], starting with a letter or digit")
+        return value
+
+
+class ComponentEntry(_Strict):
+    id: str
+    file: str
+    type: str | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        path = Path(value)
+        if path.is_absolute() or ".." in path.parts:
+            raise ValueError("must be a path inside the capsule folder")
+        return value
+
+
+class TopicEntry(_Strict):
+    wit: str = "opaque"
+    handler: str | None = None
+    priority: int | None = None
+
+
+class ResourceHints(_Strict):
+    families: list[str] = []
+
+
+def _check_patterns(table: dict[str, Any], what: str) -> None:
+    for pattern in table:
+        problem = topic_problem(pattern, pattern=True)
+        if problem:
+            raise ValueError(f"[{what}] key {pattern!r}: {problem}")
+
+
+class Manifest(_Strict):
+    package: Package
+    component: list[ComponentEntry] = Field(min_length=1, max_length=1)
+    subscribe: dict[str, TopicEntry] = {}
+    publish: dict[str, TopicEntry] = {}
+    config: dict[str, Any] = {}
+    resources: ResourceHints | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        # `"topic" = "<wit-ref>"` is shorthand for `{ wit = "<wit-ref>" }`.
+        if isinstance(data, dict):
+            for table in ("subscribe", "publish"):
+                entries = data.get(table)
+                if isinstance(entries, dict):
+                    data = {**data, table: {k: {"wit": v} if isinstance(v, str) else v for k, v in entries.items()}}
+        return data
+
+    @model_validator(mode="after")
+    def _topics(self) -> "Manifest":
+        _check_patterns(self.subscribe, "subscribe")
+        _check_patterns(self.publish, "publish")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def component_file(self) -> str:
+        return self.component[0].file
+
+    def handlers(self) -> dict[str, str]:
+        """Topic pattern -> handler name, for the entries that bind one."""
+        return {pattern: entry.handler for pattern, entry in self.subscribe.items() if entry.handler}
+
+    def config_value(self, key: str) -> str | None:
+        """A `[config]` value as get-config returns it: strings raw, the rest as JSON."""
+        import json
+
+        if key not in self.config:
+            return None
+        value = self.config[key]
+        return value if isinstance(value, str) else json.dumps(value)
+
+
+def load_manifest(folder: Path) -> Manifest:
+    path = Path(folder) / MANIFEST_NAME
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: not found (a capsule folder needs a {MANIFEST_NAME})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read: {exc}") from None
+    return parse_manifest(raw, path)
+
+
+def parse_manifest(raw: dict[str, Any], path: Path | str = MANIFEST_NAME) -> Manifest:
+    unknown = sorted(set(raw) - set(Manifest.model_fields))
+    if unknown:
+        known = ", ".join(f"[{name}]" for name in Manifest.model_fields)
+        raise ManifestError(f"{path}: unknown table(s) {', '.join(unknown)}; allowed: {known}")
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ManifestError(f"{path}: {where}: {message}") from None

@@ -1,0 +1,1 @@
+"""astrid.host.mcp"""
