@@ -182,8 +182,10 @@ class Binding:
     owner: Participant
     pattern: str
     handler: Handler
-    # Only messages of these principals reach the handler (None = any).
+    # A filter on the messages that reach the handler (None = all).
     accepts: Callable[[Message], bool] | None = None
+    # Capsule calls run on their own worker pool (see kernel.dispatch).
+    is_capsule: bool = False
 
 
 class Delivery:

@@ -1,0 +1,231 @@
+"""The host side of `astrid:ipc` and `astrid:sys`, linked into every capsule.
+
+One Linker serves every Store; each import finds the calling instance by its
+Store context. Host imports never raise into the guest: an exception in a
+host callback traps the guest and is re-raised on some other thread (the
+parked exception is module-global in wasmtime-py), so every failure becomes an
+`error-code` (ipc) or an `err` string (sys).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from wasmtime.component import Linker, Record, ResourceAny, ResourceHost, ResourceType, Variant
+
+from astrid.host.kernel.bus import Bus, BusError, Message, Principal, Subscription
+
+if TYPE_CHECKING:
+    from astrid.host.kernel.sandbox import Instance
+
+log = logging.getLogger("astrid.capsule")
+
+SUBSCRIPTION_TYPE = 0xA5_7D01
+MAX_SUBSCRIPTIONS = 128
+POLL_BATCH = 256
+RECV_CAP_S = 60.0
+PUBLISHES_PER_CALL = 256
+LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+
+
+def store_key(store: Any) -> int:
+    """Identity of a Store as seen from a host callback (StoreContext has no data())."""
+    return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
+
+
+def record(**fields: Any) -> Record:
+    """A WIT record; keyword names are snake_case, WIT wants kebab-case."""
+    value = Record()
+    for name, field in fields.items():
+        setattr(value, name.replace("_", "-"), field)
+    return value
+
+
+def attribution(principal: Principal) -> Variant:
+    if principal.kind == "system":
+        return Variant("system")
+    return Variant(principal.kind, principal.name)
+
+
+def error(code: str, detail: str | None = None) -> Variant:
+    return Variant("unknown", detail or code) if code == "unknown" else Variant(code)
+
+
+class HostAbi:
+    def __init__(self, engine: Any, bus: Bus) -> None:
+        self.bus = bus
+        self._instances: dict[int, "Instance"] = {}
+        self._subs: dict[int, tuple["Instance", Subscription]] = {}
+        self._reps = itertools.count(1)
+        self._lock = threading.Lock()
+        self.linker = Linker(engine)
+        with self.linker.root() as root:
+            with root.add_instance("astrid:ipc/host@1.0.0") as ipc:
+                ipc.add_resource("subscription", ResourceType.host(SUBSCRIPTION_TYPE), self._drop_subscription)
+                ipc.add_func("publish", self._publish)
+                ipc.add_func("subscribe", self._subscribe)
+                ipc.add_func("[method]subscription.poll", self._poll)
+                ipc.add_func("[method]subscription.recv", self._recv)
+            with root.add_instance("astrid:sys/host@1.0.0") as sys_:
+                sys_.add_func("get-caller", self._get_caller)
+                sys_.add_func("log", self._log)
+                sys_.add_func("get-config", self._get_config)
+                sys_.add_func("clock-ms", self._clock_ms)
+
+    # -- instance registry ---------------------------------------------------
+
+    def register(self, instance: "Instance") -> None:
+        with self._lock:
+            self._instances[store_key(instance.store)] = instance
+
+    def release(self, instance: "Instance") -> None:
+        """Forget an instance and close what it still holds (no destructor runs on close or trap)."""
+        with self._lock:
+            self._instances.pop(store_key(instance.store), None)
+            doomed = [rep for rep, (owner, _) in self._subs.items() if owner is instance]
+            subscriptions = [self._subs.pop(rep)[1] for rep in doomed]
+        for subscription in subscriptions:
+            subscription.close()
+
+    def live_subscriptions(self, instance: "Instance") -> int:
+        with self._lock:
+            return sum(1 for owner, _ in self._subs.values() if owner is instance)
+
+    def _instance(self, store: Any) -> "Instance":
+        return self._instances[store_key(store)]
+
+    def _own(self, store: Any, handle: ResourceAny) -> Subscription | None:
+        host = handle.to_host(store)
+        if host.type != SUBSCRIPTION_TYPE:
+            return None
+        with self._lock:
+            entry = self._subs.get(host.rep)
+        if entry is None or entry[0] is not self._instance(store):
+            return None
+        return entry[1]
+
+    # -- astrid:ipc ------------------------------------------------------------
+
+    def _publish(self, store: Any, topic: str, payload: str) -> Variant | None:
+        try:
+            instance = self._instance(store)
+            call = instance.current
+            if call is not None:
+                call.publishes += 1
+                if call.publishes > PUBLISHES_PER_CALL:
+                    return error("rate-limited")
+            principal = call.message.principal if call is not None else instance.principal
+            self.bus.publish(instance.capsule_participant, topic, payload, principal)
+            return None
+        except BusError as exc:
+            log.debug("publish refused: %s", exc)
+            return error(exc.code)
+        except Exception as exc:  # never raise into the guest
+            return error("unknown", f"{type(exc).__name__}: {exc}")
+
+    def _subscribe(self, store: Any, pattern: str) -> Any:
+        try:
+            instance = self._instance(store)
+            if self.live_subscriptions(instance) >= MAX_SUBSCRIPTIONS:
+                return error("quota")
+            call = instance.current
+            scope = call.message.principal if call is not None else instance.principal
+            subscription = self.bus.subscribe(instance.capsule_participant, pattern, principal_scope=scope)
+            rep = next(self._reps) & 0xFFFFFFFF
+            with self._lock:
+                self._subs[rep] = (instance, subscription)
+            return ResourceHost.own(rep, SUBSCRIPTION_TYPE)
+        except BusError as exc:
+            return error(exc.code)
+        except Exception as exc:
+            return error("unknown", f"{type(exc).__name__}: {exc}")
+
+    def _envelope(self, subscription: Subscription, messages: list[Message]) -> Record:
+        dropped, lagged = subscription.take_counters()
+        return record(messages=[self._message(m) for m in messages], dropped=dropped, lagged=lagged)
+
+    @staticmethod
+    def _message(message: Message) -> Record:
+        return record(
+            topic=message.topic,
+            payload=message.payload,
+            source_id=message.source_id,
+            principal=attribution(message.principal),
+            timestamp=message.timestamp,
+        )
+
+    def _poll(self, store: Any, handle: ResourceAny) -> Any:
+        try:
+            subscription = self._own(store, handle)
+            if subscription is None or subscription.closed:
+                return error("closed")
+            return self._envelope(subscription, subscription.poll(POLL_BATCH))
+        except Exception as exc:
+            return error("unknown", f"{type(exc).__name__}: {exc}")
+
+    def _recv(self, store: Any, handle: ResourceAny, timeout_ms: int) -> Any:
+        try:
+            subscription = self._own(store, handle)
+            if subscription is None or subscription.closed:
+                return error("closed")
+            # The epoch cannot interrupt a host call: bound the wait by the
+            # time the current guest call has left.
+            instance = self._instance(store)
+            wait_s = min(timeout_ms / 1000.0, RECV_CAP_S, instance.remaining_call_time())
+            message = subscription.recv(wait_s)
+            if message is None:
+                return error("closed") if subscription.closed else error("timeout")
+            return self._envelope(subscription, [message])
+        except Exception as exc:
+            return error("unknown", f"{type(exc).__name__}: {exc}")
+
+    def _drop_subscription(self, store: Any, rep: int) -> None:
+        try:
+            with self._lock:
+                entry = self._subs.pop(rep, None)
+            if entry is not None:
+                entry[1].close()
+        except Exception:  # a raising destructor would trap the guest
+            log.exception("subscription destructor failed")
+
+    # -- astrid:sys ------------------------------------------------------------
+
+    def _get_caller(self, store: Any) -> Any:
+        try:
+            call = self._instance(store).current
+            if call is None:
+                return "no message is being handled"
+            message = call.message
+            return record(
+                principal=message.principal.name,
+                source_id=message.source_id,
+                timestamp=message.timestamp,
+                attribution=attribution(message.principal),
+            )
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def _log(self, store: Any, level: str, message: str) -> None:
+        try:
+            instance = self._instance(store)
+            log.log(LOG_LEVELS.get(level, logging.INFO), "[%s] %s", instance.capsule.name, message[:4096])
+        except Exception:
+            pass
+
+    def _get_config(self, store: Any, key: str) -> Variant:
+        try:
+            value = self._instance(store).capsule.manifest.config_value(key)
+            if value is None:
+                return Variant("err", f"config key {key!r} is not set")
+            return Variant("ok", value)
+        except Exception as exc:
+            return Variant("err", f"{type(exc).__name__}: {exc}")
+
+    def _clock_ms(self, store: Any) -> int:
+        return int(time.time() * 1000)
+

@@ -1,0 +1,44 @@
+"""Runs bound handlers on worker threads and reports when a message is done.
+
+Capsule calls and host handlers use separate pools: a host handler (the
+broker draining a fan-out) blocks while capsules answer, so it must never
+hold a thread the capsules need.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from astrid.host.kernel.bus import Binding, Delivery, Dispatcher, Message
+
+log = logging.getLogger(__name__)
+
+
+class PoolDispatcher(Dispatcher):
+    def __init__(self, capsule_workers: int | None = None, host_workers: int = 32) -> None:
+        workers = capsule_workers or max(8, 4 * (os.cpu_count() or 2))
+        self._capsules = ThreadPoolExecutor(workers, thread_name_prefix="astrid-capsule")
+        self._host = ThreadPoolExecutor(host_workers, thread_name_prefix="astrid-host")
+
+    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: Delivery) -> None:
+        for binding, message in runs:
+            pool = self._capsules if getattr(binding, "is_capsule", False) else self._host
+            try:
+                pool.submit(self._run, binding, message, delivery)
+            except RuntimeError:  # shutting down
+                delivery._done_one()
+
+    @staticmethod
+    def _run(binding: Binding, message: Message, delivery: Delivery) -> None:
+        try:
+            binding.handler(message)
+        except Exception:
+            log.exception("handler of %s for %s failed", binding.owner.name, message.topic)
+        finally:
+            delivery._done_one()
+
+    def close(self) -> None:
+        self._capsules.shutdown(wait=False, cancel_futures=True)
+        self._host.shutdown(wait=False, cancel_futures=True)

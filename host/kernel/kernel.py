@@ -1,0 +1,234 @@
+"""The kernel facade: load capsules, bind their handlers, run them per principal.
+
+    kernel = Kernel(KernelConfig(capsule_paths=[...]))
+    kernel.start()                      # loads every capsule it finds
+    client = kernel.attach_host("x", publish=[...], subscribe=[...])
+    kernel.bus.publish(client, topic, payload, Principal.verified("alice"))
+    kernel.reload()                     # rescan folders after a change
+    kernel.close()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsuleInfo, CapsulesLoaded
+from astrid.host.kernel.abi import HostAbi
+from astrid.host.kernel.bus import Binding, Bus, BusError, Message, Participant, Principal, host_participant
+from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.dispatch import PoolDispatcher
+from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
+from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
+from astrid.host.kernel.sandbox import SandboxPool
+from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.topics import is_clean_segment
+
+log = logging.getLogger(__name__)
+
+INVENTORY_REQUEST = "astrid.v1.request.capsules"
+INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
+
+
+@dataclass
+class KernelConfig:
+    capsule_paths: list[Path] = field(default_factory=list)
+    cache_dir: Path | None = None
+    limits: Limits = DEFAULT_LIMITS
+    max_instances: int = 256
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    folder: Path
+    name: str
+    ok: bool
+    error: str | None = None
+    source_id: str | None = None
+    seconds: float = 0.0
+    from_cache: bool = False
+
+
+class Kernel:
+    def __init__(self, config: KernelConfig | None = None, engine: WasmEngine | None = None) -> None:
+        self.config = config or KernelConfig()
+        self.limits = self.config.limits
+        self.wasm = engine or shared_engine()
+        self.cache = CompileCache(self.config.cache_dir, self.wasm)
+        self.dispatcher = PoolDispatcher()
+        self.bus = Bus(self.dispatcher, max_payload_bytes=self.limits.bus_message_bytes)
+        self.abi = HostAbi(self.wasm.engine, self.bus)
+        self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
+        self.capsules: dict[Path, tuple[LoadedCapsule, Participant]] = {}
+        self.load_report: list[LoadResult] = []
+        self.principals: set[Principal] = set()
+        self._lock = threading.RLock()
+        self.participant = host_participant(
+            "kernel",
+            f"kernel-{uuid.uuid4().hex}",
+            publish=[CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"],
+            subscribe=[INVENTORY_REQUEST],
+        )
+        self.bus.bind(Binding(self.participant, INVENTORY_REQUEST, self._answer_inventory))
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> list[LoadResult]:
+        return self.reload()
+
+    def close(self) -> None:
+        self.sandboxes.close()
+        self.dispatcher.close()
+
+    def attach_host(self, name: str, publish: list[str] = (), subscribe: list[str] = ()) -> Participant:  # type: ignore[assignment]
+        """A host-native participant (broker, MCP server, test client) with its own source-id."""
+        return host_participant(name, f"{name}-{uuid.uuid4().hex}", publish, subscribe)
+
+    def watch_principal(self, name: str) -> Principal:
+        """Announce capsule-set changes to `name` (as verified) from now on."""
+        principal = Principal.verified(name)
+        with self._lock:
+            self.principals.add(principal)
+        return principal
+
+    # -- loading -----------------------------------------------------------------
+
+    def reload(self) -> list[LoadResult]:
+        """Rescan the capsule paths; load new or rebuilt capsules, unload removed ones.
+
+        Publishes `astrid.v1.capsules_loaded` for every watched principal when
+        the set changed.
+        """
+        with self._lock:
+            folders = discover_capsules(self.config.capsule_paths)
+            report: list[LoadResult] = []
+            changed = False
+            for folder in list(self.capsules):
+                if folder not in folders:
+                    self._unload(folder)
+                    changed = True
+            for folder in folders:
+                result, did_change = self._load_or_keep(folder)
+                report.append(result)
+                changed = changed or did_change
+            self.load_report = report
+        if changed:
+            self.announce()
+        return report
+
+    def _load_or_keep(self, folder: Path) -> tuple[LoadResult, bool]:
+        current = self.capsules.get(folder)
+        try:
+            capsule = load_capsule(folder, self.cache)
+        except CapsuleLoadError as exc:
+            log.error("capsule %s not loaded: %s", folder.name, exc)
+            if current is not None:  # keep serving nothing stale: unload the old build
+                self._unload(folder)
+            return LoadResult(folder, folder.name, False, str(exc)), current is not None
+        result = LoadResult(folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache)
+        if current is not None and current[0].source_id == capsule.source_id and current[0].manifest == capsule.manifest:
+            return result, False
+        if current is not None:
+            self._unload(folder)
+        self._install(capsule)
+        log.info(
+            "loaded capsule %s (%s) in %.1f ms%s",
+            capsule.name,
+            capsule.source_id,
+            capsule.load_seconds * 1000,
+            " from the compile cache" if capsule.from_cache else " (compiled)",
+        )
+        return result, True
+
+    def _install(self, capsule: LoadedCapsule) -> None:
+        manifest = capsule.manifest
+        participant = Participant(
+            source_id=capsule.source_id,
+            name=capsule.name,
+            publish_acl=tuple(manifest.publish),
+            subscribe_acl=tuple(manifest.subscribe),
+        )
+        for pattern, handler in manifest.handlers().items():
+            self.bus.bind(
+                Binding(
+                    participant,
+                    pattern,
+                    self._capsule_handler(capsule, participant, handler),
+                    # a capsule's own messages never re-enter it
+                    accepts=lambda message, own=capsule.source_id: message.source_id != own,
+                    is_capsule=True,
+                )
+            )
+        self.capsules[capsule.folder] = (capsule, participant)
+
+    def _capsule_handler(self, capsule: LoadedCapsule, participant: Participant, handler: str):
+        def run(message: Message) -> None:
+            outcome = self.sandboxes.invoke(capsule, participant, message, handler)
+            if outcome.ok:
+                log.debug("%s.%s -> %s (%.2f ms)", capsule.name, handler, outcome.action, outcome.seconds * 1000)
+
+        return run
+
+    def _unload(self, folder: Path) -> None:
+        capsule, _ = self.capsules.pop(folder)
+        self.bus.unbind_owner(capsule.source_id)
+        self.sandboxes.drop_capsule(capsule.source_id)
+        log.info("unloaded capsule %s (%s)", capsule.name, capsule.source_id)
+
+    def loaded(self) -> list[LoadedCapsule]:
+        with self._lock:
+            return sorted((c for c, _ in self.capsules.values()), key=lambda c: c.name)
+
+    # -- events and host services ---------------------------------------------------
+
+    def inventory(self, principal: Principal) -> CapsulesLoaded:
+        return CapsulesLoaded(
+            capsules=[
+                CapsuleInfo(
+                    name=c.name,
+                    version=c.manifest.package.version,
+                    description=c.manifest.package.description,
+                    source_id=c.source_id,
+                    principal=principal.name,
+                )
+                for c in self.loaded()
+            ]
+        )
+
+    def announce(self) -> None:
+        """Publish the capsule inventory to every watched principal."""
+        with self._lock:
+            principals = sorted(self.principals, key=str)
+        for principal in principals:
+            try:
+                self.bus.publish(self.participant, CAPSULES_LOADED_TOPIC, self.inventory(principal).to_json(), principal)
+            except BusError as exc:
+                log.error("cannot announce the capsule set to %s: %s", principal, exc)
+
+    def _answer_inventory(self, message: Message) -> None:
+        try:
+            correlation = json.loads(message.payload).get("correlation_id")
+        except (ValueError, AttributeError):
+            return
+        if not is_clean_segment(correlation):
+            return
+        reply = self.inventory(message.principal).to_wire()
+        reply["host"] = {
+            "astrid_version": _astrid_version(),
+            "wasmtime_version": wasmtime_version(),
+            "limits": asdict(self.limits),
+        }
+        self.bus.publish(self.participant, INVENTORY_REPLY_PREFIX + correlation, json.dumps(reply), message.principal)
+
+
+def _astrid_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("astrid-py")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,107 @@
+"""Finding and loading capsules: manifest + component, checked before use."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+from wasmtime.component import Component
+
+from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
+
+log = logging.getLogger(__name__)
+
+# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (SPEC §2).
+SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
+HOST_IMPORTS = frozenset({"astrid:ipc/host@1.0.0", "astrid:sys/host@1.0.0", "astrid:guest/lifecycle@1.0.0"})
+TYPE_ONLY_IMPORTS = frozenset({"astrid:guest/lifecycle@1.0.0", "capsule-result"})
+HOOK_EXPORT = "astrid-hook-trigger"
+
+
+class CapsuleLoadError(Exception):
+    """A capsule that cannot be loaded; the message names the capsule and the fix."""
+
+
+@dataclass(frozen=True)
+class LoadedCapsule:
+    name: str
+    folder: Path
+    manifest: Manifest
+    wasm_path: Path
+    wasm_sha256: str
+    source_id: str
+    component: Component
+    load_seconds: float
+    from_cache: bool
+
+
+def source_id_for(name: str, wasm_sha256: str) -> str:
+    return str(uuid.uuid5(SOURCE_ID_NAMESPACE, f"{name}\0{wasm_sha256}"))
+
+
+def discover_capsules(paths: list[Path]) -> list[Path]:
+    """Capsule folders under `paths`: a folder with a manifest, or the children of a parent folder."""
+    found: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        if (path / MANIFEST_NAME).is_file():
+            found.append(path.resolve())
+        elif path.is_dir():
+            found.extend(child.resolve() for child in sorted(path.iterdir()) if (child / MANIFEST_NAME).is_file())
+    unique: list[Path] = []
+    for folder in found:
+        if folder not in unique:
+            unique.append(folder)
+    return unique
+
+
+def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
+    folder = Path(folder).resolve()
+    try:
+        manifest = load_manifest(folder)
+    except ManifestError as exc:
+        raise CapsuleLoadError(str(exc)) from None
+    wasm_path = folder / manifest.component_file
+    if not wasm_path.is_file():
+        raise CapsuleLoadError(
+            f"{manifest.name}: component {wasm_path} not found (build it with `astrid capsule build {folder}`)"
+        )
+    try:
+        loaded = cache.load(wasm_path)
+    except (wasmtime.WasmtimeError, OSError) as exc:
+        raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {_last_line(exc)}") from None
+    check_interface(manifest.name, loaded.component, cache.wasm_engine.engine)
+    return LoadedCapsule(
+        name=manifest.name,
+        folder=folder,
+        manifest=manifest,
+        wasm_path=wasm_path,
+        wasm_sha256=loaded.wasm_sha256,
+        source_id=source_id_for(manifest.name, loaded.wasm_sha256),
+        component=loaded.component,
+        load_seconds=loaded.seconds,
+        from_cache=loaded.from_cache,
+    )
+
+
+def check_interface(name: str, component: Component, engine: wasmtime.Engine) -> None:
+    """Only the host ABI may be imported (no WASI), and the interceptor must be exported."""
+    component_type = component.type
+    imports = set(component_type.imports(engine))
+    foreign = sorted(imports - HOST_IMPORTS - TYPE_ONLY_IMPORTS)
+    if foreign:
+        hint = " (build Python capsules with --stub-wasi: `astrid capsule build` does)" if any(
+            i.startswith("wasi:") for i in foreign
+        ) else ""
+        raise CapsuleLoadError(f"{name}: imports {', '.join(foreign)}, which the host does not provide{hint}")
+    if HOOK_EXPORT not in set(component_type.exports(engine)):
+        raise CapsuleLoadError(f"{name}: does not export {HOOK_EXPORT} (build it against the resource-capsule world)")
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

@@ -1,0 +1,241 @@
+"""Sandboxes: one wasmtime Store + instance per (capsule, principal).
+
+Instances are created lazily, capped and evicted least-recently-used. Each
+Store has one lock (two threads in one Store abort the process); different
+Stores run in parallel. Every call is bounded in wall time (epoch deadline)
+and memory (store limits). A trap or timeout discards the instance and the
+next call gets a fresh one; a capsule that keeps failing is quarantined for a
+while.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import wasmtime
+from wasmtime import Store
+
+from astrid.host.kernel.abi import HostAbi
+from astrid.host.kernel.bus import Message, Participant, Principal
+from astrid.host.kernel.engine import WasmEngine
+from astrid.host.kernel.loader import HOOK_EXPORT, LoadedCapsule
+from astrid.host.limits import Limits
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_AFTER = 5  # consecutive failed calls
+QUARANTINE_S = 30.0
+
+
+@dataclass
+class CallContext:
+    """The message being handled by an instance, for get-caller and publish."""
+
+    message: Message
+    deadline: float
+    publishes: int = 0
+
+
+class Instance:
+    def __init__(self, capsule: LoadedCapsule, participant: Participant, principal: Principal, store: Store) -> None:
+        self.capsule = capsule
+        self.capsule_participant = participant
+        self.principal = principal
+        self.store = store
+        self.lock = threading.Lock()
+        self.current: CallContext | None = None
+        self.hook: wasmtime.component.Func | None = None
+        self.dead = False
+        self.calls = 0
+
+    def remaining_call_time(self) -> float:
+        call = self.current
+        return max(0.0, call.deadline - time.monotonic()) if call is not None else 0.0
+
+
+@dataclass
+class CallOutcome:
+    ok: bool
+    action: str | None = None
+    detail: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class CapsuleHealth:
+    consecutive_failures: int = 0
+    quarantined_until: float = 0.0
+    failures: int = 0
+    timeouts: int = 0
+    calls: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class SandboxStats:
+    instances_created: int = 0
+    instances_evicted: int = 0
+    instances_discarded: int = 0
+    by_capsule: dict[str, CapsuleHealth] = field(default_factory=dict)
+
+
+class SandboxPool:
+    def __init__(self, wasm: WasmEngine, abi: HostAbi, limits: Limits, max_instances: int = 256) -> None:
+        self.wasm = wasm
+        self.abi = abi
+        self.limits = limits
+        self.max_instances = max_instances
+        self._instances: OrderedDict[tuple[str, Principal], Instance] = OrderedDict()
+        self._lock = threading.Lock()
+        self.stats = SandboxStats()
+
+    # -- instances -------------------------------------------------------------
+
+    def _instance_for(self, capsule: LoadedCapsule, participant: Participant, principal: Principal) -> Instance:
+        key = (capsule.source_id, principal)
+        with self._lock:
+            instance = self._instances.get(key)
+            if instance is not None and not instance.dead:
+                self._instances.move_to_end(key)
+                return instance
+            instance = Instance(capsule, participant, principal, Store(self.wasm.engine))
+            self._instances[key] = instance
+            self.stats.instances_created += 1
+            evicted = self._evict_locked()
+        for old in evicted:
+            self._close(old)
+        return instance
+
+    def _evict_locked(self) -> list[Instance]:
+        evicted = []
+        for key in list(self._instances):
+            if len(self._instances) <= self.max_instances:
+                break
+            candidate = self._instances[key]
+            if candidate.lock.locked():
+                continue  # busy: evict something idle instead
+            del self._instances[key]
+            evicted.append(candidate)
+            self.stats.instances_evicted += 1
+        return evicted
+
+    def _instantiate(self, instance: Instance) -> None:
+        store = instance.store
+        store.set_limits(memory_size=self.limits.capsule_memory_bytes)
+        store.set_epoch_deadline(self.wasm.deadline_ticks(self.limits.call_wall_time_s))
+        self.abi.register(instance)
+        component_instance = self.abi.linker.instantiate(store, instance.capsule.component)
+        instance.hook = component_instance.get_func(store, HOOK_EXPORT)
+        if instance.hook is None:
+            raise wasmtime.WasmtimeError(f"{HOOK_EXPORT} not exported")
+
+    def _close(self, instance: Instance) -> None:
+        with instance.lock:
+            instance.dead = True
+            self.abi.release(instance)
+            instance.store.close()
+
+    def _discard(self, instance: Instance) -> None:
+        with self._lock:
+            key = (instance.capsule.source_id, instance.principal)
+            if self._instances.get(key) is instance:
+                del self._instances[key]
+            self.stats.instances_discarded += 1
+        instance.dead = True
+        self.abi.release(instance)
+        instance.store.close()
+
+    def drop_capsule(self, source_id: str) -> None:
+        """Close every instance of a capsule (unload or reload)."""
+        with self._lock:
+            doomed = [k for k in self._instances if k[0] == source_id]
+            instances = [self._instances.pop(k) for k in doomed]
+        for instance in instances:
+            self._close(instance)
+
+    def live_instances(self, source_id: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for k in self._instances if source_id is None or k[0] == source_id)
+
+    def health(self, capsule_name: str) -> CapsuleHealth:
+        with self._lock:
+            return self.stats.by_capsule.setdefault(capsule_name, CapsuleHealth())
+
+    # -- calls -----------------------------------------------------------------
+
+    def invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:
+        """Run `astrid-hook-trigger(handler, payload)` for the message's principal."""
+        health = self.health(capsule.name)
+        now = time.monotonic()
+        if health.quarantined_until > now:
+            return CallOutcome(False, detail=f"{capsule.name} is quarantined after repeated failures")
+        instance = self._instance_for(capsule, participant, message.principal)
+        started = time.perf_counter()
+        with instance.lock:
+            if instance.dead:  # evicted between lookup and lock
+                return self.invoke(capsule, participant, message, handler)
+            deadline = time.monotonic() + self.limits.call_wall_time_s
+            instance.current = CallContext(message, deadline)
+            try:
+                if instance.hook is None:
+                    self._instantiate(instance)
+                instance.store.set_epoch_deadline(self.wasm.deadline_ticks(self.limits.call_wall_time_s))
+                result = instance.hook(instance.store, handler, message.payload.encode("utf-8"))
+                instance.calls += 1
+                outcome = CallOutcome(True, getattr(result, "action", None), getattr(result, "data", None))
+            except wasmtime.WasmtimeError as exc:
+                outcome = CallOutcome(False, detail=trap_reason(exc))
+            except Exception as exc:  # lowering errors and the like: still discard to be safe
+                outcome = CallOutcome(False, detail=f"{type(exc).__name__}: {exc}")
+            finally:
+                instance.current = None
+        outcome.seconds = time.perf_counter() - started
+        self._record(capsule, instance, health, outcome)
+        return outcome
+
+    def _record(self, capsule: LoadedCapsule, instance: Instance, health: CapsuleHealth, outcome: CallOutcome) -> None:
+        with self._lock:
+            health.calls += 1
+            if outcome.ok:
+                health.consecutive_failures = 0
+                return
+            health.failures += 1
+            health.consecutive_failures += 1
+            health.last_error = outcome.detail
+            if outcome.detail and "interrupt" in outcome.detail:
+                health.timeouts += 1
+            quarantine = health.consecutive_failures >= QUARANTINE_AFTER
+            if quarantine:
+                health.quarantined_until = time.monotonic() + QUARANTINE_S
+                health.consecutive_failures = 0
+        log.warning(
+            "capsule %s (%s) failed: %s; instance discarded%s",
+            capsule.name,
+            instance.principal,
+            outcome.detail,
+            f"; quarantined for {QUARANTINE_S:.0f} s" if quarantine else "",
+        )
+        self._discard(instance)
+
+    def close(self) -> None:
+        with self._lock:
+            instances = list(self._instances.values())
+            self._instances.clear()
+        for instance in instances:
+            self._close(instance)
+
+
+def trap_reason(exc: BaseException) -> str:
+    """The useful line of a wasmtime error ("wasm trap: interrupt", ...)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("wasm trap:"):
+            reason = line.removeprefix("wasm trap:").strip()
+            if reason == "interrupt":
+                return "timed out (wasm trap: interrupt)"
+            return f"trapped ({reason})"
+    return lines[-1] if lines else type(exc).__name__

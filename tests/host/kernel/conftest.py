@@ -1,0 +1,97 @@
+"""WAT capsules built on the fly (milliseconds) for the kernel tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from astrid.host.kernel.bus import Message, Participant, Subscription
+from astrid.host.kernel.kernel import Kernel, KernelConfig
+from astrid.host.limits import Limits
+from astrid.host.toolpaths import wasm_tools
+from astrid.wit import CAPSULE_WORLD, WIT_DIR
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wat"
+PROBE_HANDLERS = ("whoami", "echo", "keep", "recall", "denied", "nonjson", "spin", "grow", "trap")
+
+
+def build_wat(wat: Path, out: Path) -> Path:
+    core = out.with_suffix(".core.wasm")
+    subprocess.run(
+        [wasm_tools(), "component", "embed", str(WIT_DIR), "--world", CAPSULE_WORLD, str(wat), "-o", str(core)],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run([wasm_tools(), "component", "new", str(core), "-o", str(out)], check=True, capture_output=True)
+    core.unlink()
+    return out
+
+
+def probe_manifest(name: str, publish: tuple[str, ...] = ("test.*",)) -> str:
+    lines = [
+        "[package]",
+        f'name = "{name}"',
+        'version = "0.1.0"',
+        "",
+        "[[component]]",
+        f'id = "{name}"',
+        'file = "probe.wasm"',
+        "",
+        "[subscribe]",
+    ]
+    lines += [f'"probe.{h}" = {{ wit = "opaque", handler = "{h}" }}' for h in PROBE_HANDLERS]
+    lines += ["", "[publish]"] + [f'"{p}" = "opaque"' for p in publish]
+    lines += ["", "[config]", 'greeting = "hi"']
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def probe_wasm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wat(FIXTURES / "probe.wat", tmp_path_factory.mktemp("wat") / "probe.wasm")
+
+
+@pytest.fixture
+def make_probe(tmp_path: Path, probe_wasm: Path) -> Callable[..., Path]:
+    def make(name: str = "probe", parent: Path | None = None, **kwargs: object) -> Path:
+        folder = (parent or tmp_path) / name
+        folder.mkdir(parents=True)
+        (folder / "Capsule.toml").write_text(probe_manifest(name, **kwargs))  # type: ignore[arg-type]
+        (folder / "probe.wasm").write_bytes(probe_wasm.read_bytes())
+        return folder
+
+    return make
+
+
+@pytest.fixture
+def kernel_factory(component_cache_dir: Path) -> Iterator[Callable[..., Kernel]]:
+    kernels: list[Kernel] = []
+
+    def make(paths: list[Path], limits: Limits | None = None) -> Kernel:
+        config = KernelConfig(capsule_paths=paths, cache_dir=component_cache_dir)
+        if limits is not None:
+            config.limits = limits
+        kernel = Kernel(config)
+        kernel.start()
+        kernels.append(kernel)
+        return kernel
+
+    yield make
+    for kernel in kernels:
+        kernel.close()
+
+
+def client_for(kernel: Kernel) -> Participant:
+    return kernel.attach_host("test-client", publish=["probe.*", "test.*"], subscribe=["test.*", "astrid.*"])
+
+
+def collect(subscription: Subscription, count: int, timeout_s: float = 5.0) -> list[Message]:
+    messages: list[Message] = []
+    while len(messages) < count:
+        message = subscription.recv(timeout_s)
+        if message is None:
+            break
+        messages.append(message)
+    return messages

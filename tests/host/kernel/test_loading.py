@@ -1,0 +1,159 @@
+"""Manifests, capsule loading, the compile cache and reload events."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsulesLoaded
+from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
+from astrid.host.kernel.manifest import ManifestError, parse_manifest
+from astrid.host.toolpaths import wasm_tools
+
+from .conftest import client_for
+
+BASE = {
+    "package": {"name": "demo", "version": "0.1.0"},
+    "component": [{"id": "demo", "file": "demo.wasm"}],
+}
+
+
+def test_manifest_binds_handlers_and_grants_acls() -> None:
+    manifest = parse_manifest(
+        {
+            **BASE,
+            "subscribe": {
+                "resource.v1.request.read": {"wit": "x", "handler": "read"},
+                "resource.v1.response.*": "opaque",
+            },
+            "publish": {"resource.v1.response.read.*": "opaque"},
+            "config": {"greeting": "hi", "n": 3},
+        }
+    )
+    assert manifest.handlers() == {"resource.v1.request.read": "read"}
+    assert set(manifest.subscribe) == {"resource.v1.request.read", "resource.v1.response.*"}
+    assert (manifest.config_value("greeting"), manifest.config_value("n"), manifest.config_value("x")) == ("hi", "3", None)
+
+
+@pytest.mark.parametrize(
+    "patch, expected",
+    [
+        ({"interceptor": []}, "unknown table(s) interceptor"),
+        ({"package": {"name": "Bad Name", "version": "1"}}, "package.name"),
+        ({"package": {"version": "1"}}, "package.name"),
+        ({"subscribe": {"a.*.b": "opaque"}}, "`*` is allowed only as the last segment"),
+        ({"publish": {"A.b": "opaque"}}, "[publish]"),
+        ({"component": [{"id": "x", "file": "../escape.wasm"}]}, "inside the capsule folder"),
+        ({"subscribe": {"a.b": {"handler": "h", "colour": 1}}}, "colour"),
+    ],
+)
+def test_bad_manifests_are_rejected_with_a_pointed_message(patch: dict, expected: str) -> None:
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest({**BASE, **patch}, "caps/demo/Capsule.toml")
+    assert expected in str(caught.value) and "caps/demo/Capsule.toml" in str(caught.value)
+
+
+def test_a_broken_capsule_is_reported_by_name_and_the_others_still_load(make_probe, kernel_factory, tmp_path) -> None:
+    parent = tmp_path / "caps"
+    make_probe("good", parent=parent)
+    broken = make_probe("broken", parent=parent)
+    (broken / "probe.wasm").write_bytes(b"\0asm garbage")
+    missing = make_probe("missing", parent=parent)
+    (missing / "probe.wasm").unlink()
+    kernel = kernel_factory([parent])
+    report = {r.name: r for r in kernel.load_report}
+    assert report["good"].ok
+    assert not report["broken"].ok and "broken" in report["broken"].error
+    assert not report["missing"].ok and "astrid capsule build" in report["missing"].error
+    assert [c.name for c in kernel.loaded()] == ["good"]
+
+
+def test_a_component_importing_wasi_is_refused(make_probe, tmp_path, component_cache_dir) -> None:
+    wat = tmp_path / "wasi.wat"
+    wat.write_text(
+        '(component (import "wasi:cli/environment@0.2.0" (instance (export "get-arguments" (func (result (list string)))))))'
+    )
+    folder = make_probe("wasi")
+    subprocess.run([wasm_tools(), "parse", str(wat), "-o", str(folder / "probe.wasm")], check=True)
+    with pytest.raises(CapsuleLoadError) as caught:
+        load_capsule(folder, CompileCache(component_cache_dir))
+    assert "wasi:cli/environment@0.2.0" in str(caught.value) and "--stub-wasi" in str(caught.value)
+
+
+def test_second_load_comes_from_the_compile_cache(make_probe, tmp_path) -> None:
+    cache = CompileCache(tmp_path / "cache")
+    folder = make_probe()
+    first = load_capsule(folder, cache)
+    second = load_capsule(folder, cache)
+    assert (first.from_cache, second.from_cache) == (False, True)
+    assert first.source_id == second.source_id
+
+
+def test_a_corrupt_cache_entry_is_recompiled_not_trusted(make_probe, tmp_path) -> None:
+    cache = CompileCache(tmp_path / "cache")
+    folder = make_probe()
+    load_capsule(folder, cache)
+    [entry] = list((tmp_path / "cache").glob("*.cwasm"))
+    entry.write_bytes(b"corrupt" * 100)
+    again = load_capsule(folder, cache)
+    assert not again.from_cache
+    assert load_capsule(folder, cache).from_cache
+
+
+def test_an_unwritable_cache_still_loads(make_probe, tmp_path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("file where the cache dir should be")
+    capsule = load_capsule(make_probe(), CompileCache(blocker / "cache"))
+    assert not capsule.from_cache
+
+
+def test_reload_announces_capsule_set_changes_per_principal(make_probe, kernel_factory, tmp_path) -> None:
+    parent = tmp_path / "caps"
+    make_probe("one", parent=parent)
+    kernel = kernel_factory([parent])
+    kernel.watch_principal("alice")
+    kernel.watch_principal("bob")
+    client = client_for(kernel)
+    with kernel.bus.subscribe(client, CAPSULES_LOADED_TOPIC) as events:
+        kernel.reload()  # nothing changed: no event
+        assert events.recv(0.2) is None
+        make_probe("two", parent=parent)
+        kernel.reload()
+        first, second = events.recv(2), events.recv(2)
+        shutil.rmtree(parent / "one")
+        kernel.reload()
+        third = events.recv(2)
+    by_principal = {m.principal.name: CapsulesLoaded.model_validate_json(m.payload) for m in (first, second)}
+    assert set(by_principal) == {"alice", "bob"}
+    assert [c.name for c in by_principal["alice"].capsules] == ["one", "two"]
+    assert all(c.principal == "alice" for c in by_principal["alice"].capsules)
+    assert [c.name for c in CapsulesLoaded.model_validate_json(third.payload).capsules] == ["two"]
+
+
+def test_rebuilt_component_gets_a_new_source_id(make_probe, kernel_factory, tmp_path) -> None:
+    folder = make_probe()
+    kernel = kernel_factory([folder])
+    [before] = kernel.loaded()
+    wasm = folder / "probe.wasm"
+    subprocess.run([wasm_tools(), "metadata", "add", "--name", "rebuilt", str(wasm), "-o", str(wasm)], check=True)
+    kernel.reload()
+    [after] = kernel.loaded()
+    assert after.name == before.name and after.source_id != before.source_id
+
+
+def test_kernel_answers_the_inventory_request_for_the_callers_principal(make_probe, kernel_factory) -> None:
+    from astrid.host.kernel.bus import Principal
+
+    kernel = kernel_factory([make_probe()])
+    client = kernel.attach_host("c", publish=["astrid.v1.request.capsules"], subscribe=["astrid.v1.response.*"])
+    with kernel.bus.subscribe(client, "astrid.v1.response.capsules.c1") as replies:
+        kernel.bus.publish(client, "astrid.v1.request.capsules", '{"correlation_id":"c1"}', Principal.verified("al")).wait(5)
+        reply = replies.recv(2)
+    body = json.loads(reply.payload)
+    assert reply.principal == Principal.verified("al")
+    assert [c["name"] for c in body["capsules"]] == ["probe"] and body["capsules"][0]["principal"] == "al"
+    assert body["host"]["limits"]["capsule_memory_bytes"] == 64 << 20

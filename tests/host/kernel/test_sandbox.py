@@ -1,0 +1,85 @@
+"""Bounding hostile guests: wall time, memory, traps, quarantine."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from astrid.host.kernel import sandbox
+from astrid.host.kernel.bus import Principal
+from astrid.host.limits import Limits
+
+from .conftest import client_for
+
+ALICE = Principal.verified("alice")
+FAST = Limits(call_wall_time_s=0.3, capsule_memory_bytes=4 << 20)
+
+
+def whoami_works(kernel, client) -> bool:
+    with kernel.bus.subscribe(client, "test.whoami") as who:
+        kernel.bus.publish(client, "probe.whoami", "{}", ALICE).wait(5)
+        reply = who.recv(2)
+    return reply is not None and json.loads(reply.payload) == "alice"
+
+
+def test_infinite_loop_is_stopped_within_the_call_bound(make_probe, kernel_factory, tmp_path) -> None:
+    parent = tmp_path / "caps"
+    make_probe("looper", parent=parent)
+    make_probe("bystander", parent=parent)
+    kernel = kernel_factory([parent], limits=FAST)
+    client = client_for(kernel)
+    started = time.monotonic()
+    delivery = kernel.bus.publish(client, "probe.spin", "{}", ALICE)
+    assert delivery.wait(5)
+    elapsed = time.monotonic() - started
+    assert elapsed < FAST.call_wall_time_s + 1.0
+    health = kernel.sandboxes.health("looper")
+    assert health.timeouts == 1 and "timed out" in health.last_error
+    assert whoami_works(kernel, client)  # both capsules, including the looper, answer the next call
+
+
+def test_memory_bomb_is_stopped_by_the_memory_bound(make_probe, kernel_factory) -> None:
+    kernel = kernel_factory([make_probe()], limits=FAST)
+    client = client_for(kernel)
+    assert kernel.bus.publish(client, "probe.grow", "{}", ALICE).wait(5)
+    health = kernel.sandboxes.health("probe")
+    assert health.failures == 1 and "unreachable" in health.last_error
+    assert whoami_works(kernel, client)
+
+
+def test_trap_discards_the_instance_and_the_next_call_gets_a_fresh_one(make_probe, kernel_factory) -> None:
+    kernel = kernel_factory([make_probe()])
+    client = client_for(kernel)
+    kernel.bus.publish(client, "probe.keep", '"state"', ALICE).wait(5)
+    kernel.bus.publish(client, "probe.trap", "{}", ALICE).wait(5)
+    assert kernel.sandboxes.stats.instances_discarded == 1
+    with kernel.bus.subscribe(client, "test.recall") as recall:
+        kernel.bus.publish(client, "probe.recall", "{}", ALICE).wait(5)
+        assert json.loads(recall.recv(2).payload) is None  # fresh memory
+
+
+def test_a_capsule_that_keeps_failing_is_quarantined(make_probe, kernel_factory, monkeypatch) -> None:
+    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 3)
+    kernel = kernel_factory([make_probe()])
+    client = client_for(kernel)
+    for _ in range(3):
+        kernel.bus.publish(client, "probe.trap", "{}", ALICE).wait(5)
+    created = kernel.sandboxes.stats.instances_created
+    kernel.bus.publish(client, "probe.whoami", "{}", ALICE).wait(5)
+    assert kernel.sandboxes.stats.instances_created == created  # not even instantiated
+    assert kernel.sandboxes.health("probe").quarantined_until > time.monotonic()
+
+
+def test_instances_are_capped_and_evicted_lru(make_probe, component_cache_dir) -> None:
+    from astrid.host.kernel.kernel import Kernel, KernelConfig
+
+    kernel = Kernel(KernelConfig(capsule_paths=[make_probe()], cache_dir=component_cache_dir, max_instances=2))
+    try:
+        kernel.start()
+        client = client_for(kernel)
+        for name in ("a", "b", "c"):
+            kernel.bus.publish(client, "probe.whoami", "{}", Principal.verified(name)).wait(5)
+        assert kernel.sandboxes.live_instances() == 2
+        assert kernel.sandboxes.stats.instances_evicted == 1
+    finally:
+        kernel.close()
