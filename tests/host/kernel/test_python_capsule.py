@@ -1,0 +1,93 @@
+"""The host ABI from a real componentize-py guest (--stub-wasi)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from astrid.host.kernel.bus import Principal
+from astrid.host.toolpaths import componentize_py
+from astrid.wit import CAPSULE_WORLD, WIT_DIR
+
+from .conftest import client_for
+
+PYPROBE = Path(__file__).resolve().parents[2] / "fixtures" / "pyprobe"
+ALICE = Principal.verified("alice")
+
+
+def build_pyprobe(folder: Path) -> Path:
+    """componentize-py build of the fixture, cached by the hash of its inputs."""
+    digest = hashlib.sha256()
+    for path in sorted([*PYPROBE.glob("*.py"), *WIT_DIR.rglob("*.wit")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    cached = Path(os.environ["ASTRID_BUILD_CACHE_DIR"]) / f"pyprobe-{digest.hexdigest()[:32]}.wasm"
+    if not cached.exists():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [componentize_py(), "-d", str(WIT_DIR), "-w", CAPSULE_WORLD, "componentize", "-s",
+             "-p", str(PYPROBE), "app", "-o", str(cached) + ".tmp"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        os.replace(str(cached) + ".tmp", cached)
+    shutil.copytree(PYPROBE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(cached, folder / "pyprobe.wasm")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pyprobe_kernel(tmp_path_factory, component_cache_dir):
+    from astrid.host.kernel.kernel import Kernel, KernelConfig
+
+    folder = build_pyprobe(tmp_path_factory.mktemp("py") / "pyprobe")
+    kernel = Kernel(KernelConfig(capsule_paths=[folder], cache_dir=component_cache_dir))
+    kernel.start()
+    yield kernel
+    kernel.close()
+
+
+def call(kernel, action: str, principal: Principal = ALICE, payload: str = "{}"):
+    client = client_for(kernel)
+    with kernel.bus.subscribe(client, f"test.pyprobe.{action}") as replies:
+        assert kernel.bus.publish(client, f"probe.{action}", payload, principal).wait(30)
+        reply = replies.recv(5)
+    assert reply is not None, f"no reply to {action}: {kernel.sandboxes.health('pyprobe')}"
+    return reply
+
+
+def test_python_capsule_reads_get_caller_and_replies_with_the_right_envelope(pyprobe_kernel) -> None:
+    [capsule] = pyprobe_kernel.loaded()
+    reply = call(pyprobe_kernel, "whoami", payload='{"x": 1}')
+    body = json.loads(reply.payload)
+    assert body["principal"] == "alice" and body["attribution"] == "verified"
+    assert body["request"] == {"x": 1}
+    assert body["source_id"].startswith("test-client-")
+    assert reply.source_id == capsule.source_id and reply.principal == ALICE
+
+
+def test_claimed_principal_is_visible_as_claimed(pyprobe_kernel) -> None:
+    body = json.loads(call(pyprobe_kernel, "whoami", Principal.claimed("mallory")).payload)
+    assert (body["principal"], body["attribution"]) == ("mallory", "claimed")
+
+
+def test_subscription_poll_and_recv_timeout(pyprobe_kernel) -> None:
+    body = json.loads(call(pyprobe_kernel, "roundtrip").payload)
+    assert body == {"topics": ["test.loop.one", "test.loop.two"], "principals": ["verified"] * 2, "recv": "Timeout"}
+    assert pyprobe_kernel.bus._subscriptions == [] or all(
+        s.owner.name != "pyprobe" for s in pyprobe_kernel.bus._subscriptions
+    )  # leaving `with` dropped the handle
+
+
+def test_acl_denials_are_capability_denied(pyprobe_kernel) -> None:
+    body = json.loads(call(pyprobe_kernel, "denied").payload)
+    assert body == {"errors": ["CapabilityDenied", "CapabilityDenied"]}
+
+
+def test_config_and_clock(pyprobe_kernel) -> None:
+    body = json.loads(call(pyprobe_kernel, "config").payload)
+    assert body == {"greeting": "hello", "missing": "err", "clock": True}
