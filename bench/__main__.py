@@ -1,0 +1,151 @@
+"""`make bench`: astrid mcp serve against a plain MCP server, side by side, in one run.
+
+Prints a table with astrid/baseline ratios, writes bench-results/results.json
+and bench-results/latency.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from bench.driver import cold_list, drive, python_command, summary
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE.parent / "bench-results"
+COUNTS = [int(n) for n in os.environ.get("BENCH_COUNTS", "1,5,20").split(",")]
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "100"))
+COLD_RUNS = int(os.environ.get("BENCH_COLD_RUNS", "5"))
+
+
+def astrid_exe() -> str:
+    return str(Path(sys.executable).parent / "astrid")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def prepare_capsules(root: Path, count: int) -> Path:
+    """K copies of the one bench build, each with its own name and index."""
+    source = HERE / "capsule"
+    folder = root / f"k{count}"
+    folder.mkdir()
+    for index in range(count):
+        target = folder / f"bench-{index:02d}"
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+        manifest = (target / "Capsule.toml").read_text()
+        manifest = manifest.replace('name = "bench"', f'name = "bench-{index:02d}"').replace(
+            'index = "0"', f'index = "{index:02d}"'
+        )
+        (target / "Capsule.toml").write_text(manifest)
+    return folder
+
+
+def run() -> dict:
+    log("building the bench capsule ...")
+    subprocess.run([astrid_exe(), "capsule", "build", str(HERE / "capsule")], check=True)
+    results: dict = {"rounds": ROUNDS, "counts": COUNTS, "astrid": {}, "baseline": {}, "ratios": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for count in COUNTS:
+            folder = prepare_capsules(root, count)
+            astrid_cmd = [astrid_exe(), "mcp", "serve", "--capsules", str(folder), "--principal", "bench"]
+            baseline_cmd = python_command("-m", "bench.baseline_server", str(count))
+            env = {"PYTHONPATH": str(HERE.parent)}
+            log(f"K={count}: driving both servers ({ROUNDS} rounds) ...")
+            for system, command in (("baseline", baseline_cmd), ("astrid", astrid_cmd)):
+                timings = anyio.run(drive, command, env, ROUNDS)
+                colds = [anyio.run(cold_list, command, env) for _ in range(COLD_RUNS)]
+                warm_starts = [anyio.run(drive, command, env, 0, True).startup_s for _ in range(COLD_RUNS)]
+                entry = {
+                    "resources": timings.resources,
+                    "list_warm": summary(timings.list_warm),
+                    "list_cold": summary(colds),
+                    "read_text": summary(timings.read_text),
+                    "read_blob": summary(timings.read_blob),
+                    "startup_warm_cache": summary(warm_starts),
+                }
+                if system == "astrid":
+                    fresh = {"ASTRID_CACHE_DIR": str(root / f"cold-cache-{count}")}
+                    entry["startup_cold_cache"] = summary([anyio.run(drive, command, {**env, **fresh}, 0, True).startup_s])
+                results[system][count] = entry
+            if count == max(COUNTS):
+                rss = subprocess.run(
+                    python_command("-m", "bench.rss", str(folder), "3"), capture_output=True, text=True, check=True
+                )
+                results["rss"] = json.loads(rss.stdout)
+    for count in COUNTS:
+        a, b = results["astrid"][count], results["baseline"][count]
+        results["ratios"][count] = {
+            metric: a[metric]["median_ms"] / b[metric]["median_ms"]
+            for metric in ("list_warm", "list_cold", "read_text", "read_blob", "startup_warm_cache")
+        }
+    return results
+
+
+def table(results: dict) -> str:
+    rows = ["| metric | K | astrid median (p99) ms | baseline median (p99) ms | ratio |", "|---|---|---|---|---|"]
+    for count in results["counts"]:
+        a, b, r = results["astrid"][count], results["baseline"][count], results["ratios"][count]
+        for metric in ("list_cold", "list_warm", "read_text", "read_blob", "startup_warm_cache"):
+            rows.append(
+                f"| {metric} | {count} | {a[metric]['median_ms']:.2f} ({a[metric]['p99_ms']:.2f}) "
+                f"| {b[metric]['median_ms']:.2f} ({b[metric]['p99_ms']:.2f}) | {r[metric]:.2f}x |"
+            )
+        rows.append(f"| startup_cold_cache | {count} | {a['startup_cold_cache']['median_ms']:.0f} | - | - |")
+    if "rss" in results:
+        rss = results["rss"]
+        rows.append(
+            f"| RSS per capsule per extra principal | {rss['capsules']} | "
+            f"{rss['rss_per_capsule_per_principal_mib']:.2f} MiB | - | - |"
+        )
+    largest = max(results["counts"])
+    smallest = min(results["counts"])
+    cold_growth = results["astrid"][largest]["list_cold"]["median_ms"] / results["astrid"][smallest]["list_cold"]["median_ms"]
+    rows.append(f"| cold list K={largest} / K={smallest} (astrid) | | {cold_growth:.2f}x | | |")
+    return "\n".join(rows)
+
+
+def chart(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ("list_cold", "list_warm", "read_text", "read_blob")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(16, 4))
+    counts = results["counts"]
+    for axis, metric in zip(axes, metrics):
+        for system, style in (("astrid", "o-"), ("baseline", "s--")):
+            axis.plot(counts, [results[system][c][metric]["median_ms"] for c in counts], style, label=system)
+        axis.set_title(metric)
+        axis.set_xlabel("capsules (K)")
+        axis.set_ylabel("median ms")
+        axis.set_xticks(counts)
+        axis.legend()
+    fig.suptitle("astrid mcp serve vs plain mcp server (stdio, same client)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    started = time.time()
+    results = run()
+    OUT.mkdir(exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2))
+    chart(results, OUT / "latency.png")
+    print(table(results))
+    print(f"\nresults: {OUT / 'results.json'}, chart: {OUT / 'latency.png'} ({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
