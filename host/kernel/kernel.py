@@ -24,6 +24,7 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
+from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.topics import is_clean_segment
@@ -146,7 +147,7 @@ class Kernel:
 
     def _install(self, capsule: LoadedCapsule) -> None:
         manifest = capsule.manifest
-        participant = Participant(
+        participant = CapsuleParticipant(
             source_id=capsule.source_id,
             name=capsule.name,
             publish_acl=tuple(manifest.publish),

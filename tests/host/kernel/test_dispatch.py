@@ -87,3 +87,20 @@ def test_the_dispatcher_reports_when_every_handler_finished(make_probe, kernel_f
     assert time.monotonic() - started < 5
     nobody = kernel.bus.publish(client, "test.nobody", "{}", ALICE)
     assert nobody.receivers == 0 and nobody.wait(0)
+
+
+def test_host_reserved_topics_stay_closed_to_capsules_whatever_the_manifest(make_probe, kernel_factory) -> None:
+    kernel = kernel_factory([make_probe(publish=("astrid.*", "test.*"))])
+    [capsule] = kernel.loaded()
+    participant = next(p for c, p in kernel.capsules.values() if c is capsule)
+    assert participant.may_publish("test.anything")
+    assert participant.may_publish("astrid.v1.request.capsules")
+    for topic in ("astrid.v1.request.mcp.resource.read", "astrid.v1.response.abc", "astrid.v1.capsules_loaded"):
+        assert not participant.may_publish(topic), topic
+    wide = type(participant)(participant.source_id, participant.name, subscribe_acl=("astrid.*", "a.*"))
+    assert not wide.may_subscribe("astrid.*")
+    assert not wide.may_subscribe("astrid.v1.response.*")
+    assert not wide.may_subscribe("astrid.v1.response.r1")
+    assert wide.may_subscribe("astrid.v1.response.capsules.*")
+    assert wide.may_subscribe("astrid.v1.capsules_loaded")
+    assert wide.may_subscribe("a.b")
