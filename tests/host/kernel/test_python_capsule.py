@@ -91,3 +91,27 @@ def test_acl_denials_are_capability_denied(pyprobe_kernel) -> None:
 def test_config_and_clock(pyprobe_kernel) -> None:
     body = json.loads(call(pyprobe_kernel, "config").payload)
     assert body == {"greeting": "hello", "missing": "err", "clock": True}
+
+
+def test_bad_publishes_are_refused_with_error_codes_and_the_capsule_keeps_running(pyprobe_kernel) -> None:
+    body = json.loads(call(pyprobe_kernel, "abuse").payload)
+    assert body == {
+        "oversized": "InvalidInput",
+        "nonjson": "InvalidInput",
+        "deep": "InvalidInput",
+        "badtopic": "InvalidInput",
+        "wildpublish": "InvalidInput",
+        "frontdoor": "CapabilityDenied",  # granted by the manifest, reserved by the host
+    }
+    assert json.loads(call(pyprobe_kernel, "whoami").payload)["principal"] == "alice"
+
+
+def test_a_publish_flood_is_rate_limited_per_call(pyprobe_kernel) -> None:
+    client = client_for(pyprobe_kernel)
+    with pyprobe_kernel.bus.subscribe(client, "test.flood") as flood:
+        assert pyprobe_kernel.bus.publish(client, "probe.flood", "{}", ALICE).wait(30)
+        delivered = flood.poll(10_000)
+    from astrid.host.kernel.abi import PUBLISHES_PER_CALL
+
+    assert len(delivered) == PUBLISHES_PER_CALL
+    assert json.loads(call(pyprobe_kernel, "whoami").payload)["principal"] == "alice"
