@@ -1,0 +1,68 @@
+"""Any input gives a valid result or a clean rejection, never an escaping exception."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
+from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceRequest
+from astrid.host.kernel.manifest import Manifest, ManifestError, parse_manifest
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+keys = st.sampled_from(
+    ["uri", "name", "title", "description", "mime_type", "size", "annotations", "icons", "meta", "type", "text",
+     "blob", "contents", "error", "resources", "correlation_id", "req_id", "audience", "priority", "src"]
+)  # fmt: skip
+shaped = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=6), max_leaves=25
+)
+
+MODELS = [ResourceDefinition, DescribeResponse, ReadRequest, ReadResponse, ListResourcesRequest, ReadResourceRequest]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(json_values, shaped))
+def test_payload_models_validate_or_reject_cleanly(value) -> None:
+    text = json.dumps(value)
+    for model in MODELS:
+        try:
+            model.model_validate_json(text)
+        except ValidationError:
+            pass
+    try:
+        chunk_adapter.validate_json(text)
+    except ValidationError:
+        pass
+
+
+manifest_tables = st.fixed_dictionaries(
+    {},
+    optional={
+        "package": st.dictionaries(st.sampled_from(["name", "version", "description", "x"]), scalars, max_size=4),
+        "component": st.lists(st.dictionaries(st.sampled_from(["id", "file", "type"]), scalars, max_size=3), max_size=2),
+        "subscribe": st.dictionaries(st.text(max_size=30), st.one_of(scalars, st.dictionaries(
+            st.sampled_from(["wit", "handler", "priority"]), scalars, max_size=3)), max_size=3),
+        "publish": st.dictionaries(st.text(max_size=30), scalars, max_size=3),
+        "config": st.dictionaries(st.text(max_size=10), json_values, max_size=3),
+        "resources": json_values,
+        "extra": json_values,
+    },
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(manifest_tables)
+def test_manifest_parsing_gives_a_manifest_or_a_manifest_error(raw) -> None:
+    try:
+        assert isinstance(parse_manifest(raw), Manifest)
+    except ManifestError as exc:
+        assert str(exc).startswith("Capsule.toml: ") and "\n" not in str(exc)
