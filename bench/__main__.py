@@ -46,6 +46,7 @@ def prepare_capsules(root: Path, count: int) -> Path:
         manifest = manifest.replace('name = "bench"', f'name = "bench-{index:02d}"').replace(
             'index = "0"', f'index = "{index:02d}"'
         )
+        manifest += f'\n[resources]\nfamilies = ["astrid://bench/{index:02d}-"]\n'
         (target / "Capsule.toml").write_text(manifest)
     return folder
 

@@ -25,6 +25,7 @@ from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
 from astrid.host.kernel.reserved import CapsuleParticipant
+from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.topics import is_clean_segment
@@ -159,8 +160,7 @@ class Kernel:
                     participant,
                     pattern,
                     self._capsule_handler(capsule, participant, handler),
-                    # a capsule's own messages never re-enter it
-                    accepts=lambda message, own=capsule.source_id: message.source_id != own,
+                    accepts=accepts_for(capsule, pattern),
                     is_capsule=True,
                 )
             )

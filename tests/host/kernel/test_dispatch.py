@@ -104,3 +104,22 @@ def test_host_reserved_topics_stay_closed_to_capsules_whatever_the_manifest(make
     assert wide.may_subscribe("astrid.v1.response.capsules.*")
     assert wide.may_subscribe("astrid.v1.capsules_loaded")
     assert wide.may_subscribe("a.b")
+
+
+def test_declared_uri_families_skip_reads_a_capsule_cannot_own(make_probe, kernel_factory, tmp_path) -> None:
+    parent = tmp_path / "caps"
+    hinted = make_probe("hinted", parent=parent)
+    manifest = (hinted / "Capsule.toml").read_text()
+    manifest = manifest.replace('"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"')
+    (hinted / "Capsule.toml").write_text(manifest + '\n[resources]\nfamilies = ["astrid://docs/"]\n')
+    plain = make_probe("plain", parent=parent)
+    manifest = (plain / "Capsule.toml").read_text()
+    (plain / "Capsule.toml").write_text(
+        manifest.replace('"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"')
+    )
+    kernel = kernel_factory([parent])
+    client = kernel.attach_host("c", publish=["resource.*"])
+    read = '{{"uri": "{}", "correlation_id": "c1"}}'
+    assert kernel.bus.publish(client, "resource.v1.request.read", read.format("astrid://docs/a"), ALICE).receivers == 2
+    assert kernel.bus.publish(client, "resource.v1.request.read", read.format("astrid://other/a"), ALICE).receivers == 1
+    assert kernel.bus.publish(client, "resource.v1.request.read", "[]", ALICE).receivers == 2
