@@ -135,19 +135,22 @@ class SandboxPool:
 
     def _close(self, instance: Instance) -> None:
         with instance.lock:
-            instance.dead = True
-            self.abi.release(instance)
-            instance.store.close()
+            self._shut(instance)
+
+    def _shut(self, instance: Instance) -> None:
+        """Close an instance; the caller holds its lock."""
+        instance.dead = True
+        self.abi.release(instance)
+        instance.store.close()
 
     def _discard(self, instance: Instance) -> None:
+        """Drop a failed instance from the pool; the caller holds its lock."""
         with self._lock:
             key = (instance.capsule.source_id, instance.principal)
             if self._instances.get(key) is instance:
                 del self._instances[key]
             self.stats.instances_discarded += 1
-        instance.dead = True
-        self.abi.release(instance)
-        instance.store.close()
+        self._shut(instance)
 
     def drop_capsule(self, source_id: str) -> None:
         """Close every instance of a capsule (unload or reload)."""
@@ -193,6 +196,10 @@ class SandboxPool:
                 outcome = CallOutcome(False, detail=f"{type(exc).__name__}: {exc}")
             finally:
                 instance.current = None
+            if not outcome.ok:
+                # Still under the Store's lock: no other thread may enter a
+                # Store that is being closed (that aborts the process).
+                self._discard(instance)
         outcome.seconds = time.perf_counter() - started
         self._record(capsule, instance, health, outcome)
         return outcome
@@ -219,7 +226,6 @@ class SandboxPool:
             outcome.detail,
             f"; quarantined for {QUARANTINE_S:.0f} s" if quarantine else "",
         )
-        self._discard(instance)
 
     def close(self) -> None:
         with self._lock:

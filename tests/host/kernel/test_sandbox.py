@@ -83,3 +83,23 @@ def test_instances_are_capped_and_evicted_lru(make_probe, component_cache_dir) -
         assert kernel.sandboxes.stats.instances_evicted == 1
     finally:
         kernel.close()
+
+
+def test_concurrent_calls_and_traps_on_one_instance_never_share_a_store(make_probe, kernel_factory, monkeypatch) -> None:
+    # Two threads inside one Store abort the whole process, so this test
+    # "fails" by killing pytest if the per-Store lock is ever bypassed.
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 10_000)
+    kernel = kernel_factory([make_probe()])
+    client = client_for(kernel)
+
+    def hammer(n: int) -> bool:
+        topic = "probe.trap" if n % 3 == 0 else "probe.whoami"
+        return kernel.bus.publish(client, topic, "{}", ALICE).wait(10)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(hammer, range(300)))
+    stats = kernel.sandboxes.stats
+    assert stats.instances_discarded == 100
+    assert whoami_works(kernel, client)
