@@ -9,7 +9,6 @@ parked exception is module-global in wasmtime-py), so every failure becomes an
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import threading
@@ -18,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from wasmtime.component import Linker, Record, ResourceAny, ResourceHost, ResourceType, Variant
 
+from astrid.host.kernel import fastpath
 from astrid.host.kernel.bus import Bus, BusError, Message, Principal, Subscription
+from astrid.host.kernel.fastpath import store_key
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -31,11 +32,6 @@ POLL_BATCH = 256
 RECV_CAP_S = 60.0
 PUBLISHES_PER_CALL = 256
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
-
-
-def store_key(store: Any) -> int:
-    """Identity of a Store as seen from a host callback (StoreContext has no data())."""
-    return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
 
 
 def record(**fields: Any) -> Record:
@@ -63,6 +59,7 @@ class HostAbi:
         self._subs: dict[int, tuple["Instance", Subscription]] = {}
         self._reps = itertools.count(1)
         self._lock = threading.Lock()
+        fastpath.install()  # before add_func: it swaps the host-call trampoline
         self.linker = Linker(engine)
         with self.linker.root() as root:
             with root.add_instance("astrid:ipc/host@1.0.0") as ipc:
@@ -82,9 +79,11 @@ class HostAbi:
     def register(self, instance: "Instance") -> None:
         with self._lock:
             self._instances[store_key(instance.store)] = instance
+        fastpath.bind_store(instance.store, instance.capsule.component)
 
     def release(self, instance: "Instance") -> None:
         """Forget an instance and close what it still holds (no destructor runs on close or trap)."""
+        fastpath.unbind_store(instance.store)
         with self._lock:
             self._instances.pop(store_key(instance.store), None)
             doomed = [rep for rep, (owner, _) in self._subs.items() if owner is instance]

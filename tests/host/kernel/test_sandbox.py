@@ -103,3 +103,14 @@ def test_concurrent_calls_and_traps_on_one_instance_never_share_a_store(make_pro
     stats = kernel.sandboxes.stats
     assert stats.instances_discarded == 100
     assert whoami_works(kernel, client)
+
+
+def test_the_wasmtime_fast_path_is_active() -> None:
+    # The fast path also fixes wasmtime-py's shared variant-lowering set,
+    # which parallel Stores would otherwise race on.
+    from wasmtime.component import _linker
+
+    from astrid.host.kernel import fastpath
+
+    assert fastpath.install()
+    assert _linker.func_impl is fastpath._fast_func_impl
