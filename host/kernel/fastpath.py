@@ -147,9 +147,17 @@ def _fast_func_impl(idx, context, ty_raw, args, nargs, results, nresults):  # ty
         param_tys, result_ty = _host_signature(idx or 0, store, ty_raw)
         if len(param_tys) != nargs or nresults != (0 if result_ty is None else 1):
             raise wasmtime.WasmtimeError("host function called with an unexpected signature")
-        result = func(store, *[ty.convert_from_c(args[i]) for i, ty in enumerate(param_tys)])
-        if result_ty is not None:
-            result_ty.convert_to_c(store, result, results)
+        try:
+            result = func(store, *[ty.convert_from_c(args[i]) for i, ty in enumerate(param_tys)])
+            if result_ty is not None:
+                result_ty.convert_to_c(store, result, results)
+        except wasmtime.WasmtimeError:
+            raise
+        except Exception as exc:
+            # A WasmtimeError traps only this guest; any other exception would
+            # be parked in wasmtime-py's module-global slot and re-raised on
+            # whichever thread enters wasm next.
+            raise wasmtime.WasmtimeError(f"host call failed: {type(exc).__name__}: {exc}") from None
 
     return catch_exceptions(context, run)
 
