@@ -1,0 +1,492 @@
+"""`Capsule`: resources declared with decorators, served over the bus.
+
+The host calls `astrid-hook-trigger(handler, payload)` with the handler name
+bound in `Capsule.toml`: "describe" for `resource.v1.request.describe` and
+"read" for `resource.v1.request.read`. The SDK answers by publishing:
+
+- describe: a describe-response on `resource.v1.response.describe.<name>`,
+  listing what the calling principal sees;
+- read: for a URI this capsule owns, a read-response on
+  `resource.v1.response.read.<correlation_id>`; for any other URI, nothing.
+
+The principal comes only from `get-caller()`; anything but a `verified`
+principal fails closed before user code runs. Nothing a handler does (raise,
+return the wrong type, return too much) escapes as a trap: it becomes a read
+error naming the cause, and the instance keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+
+from astrid_sdk import _wire
+from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
+from astrid_sdk._wire import Resource, check_uri, clean_segment, dumps, is_clean_segment
+
+DESCRIBE_HANDLER = "describe"
+READ_HANDLER = "read"
+DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
+READ_REPLY_PREFIX = "resource.v1.response.read."
+NOT_VERIFIED = "principal not verified"
+REQUEST_TIMEOUT_MS = 1000  # well inside the 2 s call budget and the 2.5 s read window
+MAX_ERROR_CHARS = 1000
+
+
+class Context:
+    """What a handler knows about the call: the verified principal and the host services."""
+
+    def __init__(self, capsule: "Capsule", host, caller, uri: str | None = None, key: str | None = None) -> None:
+        self._capsule = capsule
+        self._host = host
+        self.principal: str = caller.principal
+        self.attribution: str = caller.attribution
+        self.source_id: str = caller.source_id  # who sent the request (e.g. the broker)
+        self.timestamp: str = caller.timestamp
+        self.capsule: str = capsule.name
+        self.uri = uri  # the URI being read (None in describe)
+        self.key = key  # the part of `uri` after a family's prefix
+
+    def config(self, key: str) -> str | None:
+        """A `[config]` value from Capsule.toml as a string, or None when not set."""
+        return self._host.config(key)
+
+    def log(self, message: str, level: str = "info") -> None:
+        """A line in the host's log, attributed to this capsule."""
+        self._host.log(level, str(message))
+
+    def clock_ms(self) -> int:
+        """Host wall-clock milliseconds (the guest has no clock of its own)."""
+        return self._host.clock_ms()
+
+    def request(self, topic: str, reply_prefix: str, payload: dict | None = None, timeout_ms: int = REQUEST_TIMEOUT_MS) -> dict:
+        """Request/response over the bus: the reply to `payload` on `topic`, as a dict.
+
+        Mints a correlation id (host clock + a counter), subscribes to
+        `<reply_prefix>.<correlation_id>` first, then publishes
+        `{**payload, "correlation_id": ...}` on `topic`. Both topics must be
+        declared in Capsule.toml. Raises RequestError on refusal or timeout.
+        """
+        correlation_id = self._capsule._mint_id(self._host, self.principal)
+        body = dict(payload or {})
+        body["correlation_id"] = correlation_id
+        try:
+            subscription = self._host.subscribe(f"{reply_prefix}.{correlation_id}")
+        except HostError as exc:
+            raise RequestError(f"cannot subscribe to {reply_prefix}.*: {exc} (declare it in [subscribe])") from None
+        try:
+            try:
+                self._host.publish(topic, dumps(body))
+            except HostError as exc:
+                raise RequestError(f"cannot publish on {topic}: {exc} (declare it in [publish])") from None
+            try:
+                messages = subscription.recv(timeout_ms)
+            except HostError as exc:
+                raise RequestError(f"no reply on {reply_prefix}.*: {exc}") from None
+        finally:
+            subscription.close()
+        if not messages:
+            raise RequestError(f"no reply to {topic} within {timeout_ms} ms")
+        try:
+            reply = json.loads(messages[0].payload)
+        except ValueError:
+            raise RequestError(f"the reply to {topic} is not JSON") from None
+        if not isinstance(reply, dict):
+            raise RequestError(f"the reply to {topic} is not a JSON object")
+        return reply
+
+
+class _Static:
+    __slots__ = ("definition", "handler", "visible")
+
+    def __init__(self, definition: Resource, handler, visible) -> None:
+        self.definition = definition
+        self.handler = handler
+        self.visible = visible
+
+
+class Family:
+    """A URI family `prefix + key`, served without listing every member.
+
+    Keys are flat: one non-empty segment with no `/`, `\\`, control
+    characters, and never `.` or `..` (also when percent-encoded). A read of a
+    URI under the prefix whose key breaks that rule is not served (the SDK
+    stays silent, so the broker reports an unknown URI).
+    """
+
+    def __init__(self, prefix: str, handler, mime_type=None, annotations=None, icons=(), meta=None) -> None:
+        self.prefix = check_uri(prefix)
+        self.handler = handler
+        self.mime_type = mime_type
+        self.annotations = annotations
+        self.icons = icons
+        self.meta = meta
+        self._lister = None
+        # Validate the defaults once, at import (= build) time.
+        Resource(self.prefix + "x", "x", mime_type=mime_type, annotations=annotations, icons=icons, meta=meta)
+
+    def __call__(self, ctx, uri):
+        return self.handler(ctx, uri)
+
+    def lister(self, function):
+        """Decorate `function(ctx) -> iterable of Resource | str` listing this family's members.
+
+        A str is a member's key or full URI; its name is the key and the
+        family's mime type, annotations, icons and meta apply.
+        """
+        self._lister = function
+        return function
+
+    members = lister
+
+    def key_of(self, uri: str) -> str | None:
+        """The flat key of `uri` in this family, or None when it is not a member."""
+        if not uri.startswith(self.prefix) or _wire.utf8_len(uri) > _wire.MAX_URI_BYTES:
+            return None
+        key = uri[len(self.prefix) :]
+        return key if _flat_key(key) else None
+
+    def _member(self, item) -> Resource:
+        if isinstance(item, Resource):
+            if self.key_of(item.uri) is None:
+                raise DefinitionError(f"{item.uri} is not a member of the family {self.prefix}")
+            return item
+        if isinstance(item, str):
+            uri = item if item.startswith(self.prefix) else self.prefix + item
+            key = self.key_of(uri)
+            if key is None:
+                raise DefinitionError(f"{item!r} is not a flat key of the family {self.prefix}")
+            return Resource(
+                uri,
+                key,
+                mime_type=self.mime_type,
+                annotations=self.annotations,
+                icons=self.icons,
+                meta=self.meta,
+            )
+        raise DefinitionError(f"a family member must be Resource or str, not {type(item).__name__}")
+
+
+def _flat_key(key: str) -> bool:
+    if not key or "/" in key or "\\" in key:
+        return False
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        return False
+    decoded = _percent_decode(key)
+    return decoded not in (".", "..") and "/" not in decoded and "\\" not in decoded
+
+
+def _percent_decode(text: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        if text[i] == "%" and i + 2 < len(text) and _is_hex(text[i + 1 : i + 3]):
+            out.append(chr(int(text[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _is_hex(pair: str) -> bool:
+    return len(pair) == 2 and all(c in "0123456789abcdefABCDEF" for c in pair)
+
+
+def _describe_exception(exc: BaseException) -> str:
+    """`ValueError: boom (app.py:12 in readme)` without reading any file."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        code = tb.tb_frame.f_code
+        filename = code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+        where = f" ({filename}:{tb.tb_lineno} in {code.co_name})"
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+class Capsule:
+    """A resource-serving capsule: declare resources, then `WitWorld = capsule.world()`."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise DefinitionError("a capsule needs a name (use the package name from Capsule.toml)")
+        self.name = name
+        self.reply_suffix = clean_segment(name)
+        self._static: dict[str, _Static] = {}
+        self._families: list[Family] = []
+        self._handlers: dict[str, object] = {}
+        self._counter = 0
+
+    # -- declaring ----------------------------------------------------------
+
+    def resource(
+        self,
+        uri: str,
+        name: str | None = None,
+        *,
+        title=None,
+        description=None,
+        mime_type=None,
+        size=None,
+        annotations=None,
+        icons=(),
+        meta=None,
+        visible=None,
+    ):
+        """Decorate `handler(ctx)` serving one URI, listed in describe.
+
+        `visible(ctx) -> bool` (optional) hides the resource from principals
+        it returns False for: not listed, and reads stay unanswered.
+        """
+
+        def decorate(handler):
+            definition = Resource(
+                uri,
+                name if name is not None else getattr(handler, "__name__", uri),
+                title=title,
+                description=description,
+                mime_type=mime_type,
+                size=size,
+                annotations=annotations,
+                icons=icons,
+                meta=meta,
+            )
+            if definition.uri in self._static:
+                raise DefinitionError(f"{definition.uri} is declared twice")
+            self._static[definition.uri] = _Static(definition, handler, visible)
+            return handler
+
+        return decorate
+
+    def resource_family(self, prefix: str, *, mime_type=None, annotations=None, icons=(), meta=None):
+        """Decorate `handler(ctx, uri)` serving every flat URI `prefix + key`.
+
+        Returns a `Family`; list members for a principal with `@family.lister`.
+        Raise `NotFound` from the handler for a key that does not exist.
+        """
+
+        def decorate(handler) -> Family:
+            family = Family(prefix, handler, mime_type, annotations, icons, meta)
+            self._families.append(family)
+            # longest prefix first, so a narrower family wins over a wider one
+            self._families.sort(key=lambda f: len(f.prefix), reverse=True)
+            return family
+
+        return decorate
+
+    def on(self, handler_name: str):
+        """Decorate `function(ctx, payload: bytes)` run for another handler bound in Capsule.toml.
+
+        `ctx` is None when the message has no verified principal.
+        """
+
+        def decorate(function):
+            if handler_name in (DESCRIBE_HANDLER, READ_HANDLER):
+                raise DefinitionError(f"handler {handler_name!r} is served by the SDK itself")
+            self._handlers[handler_name] = function
+            return function
+
+        return decorate
+
+    def world(self):
+        """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""
+        try:
+            import wit_world
+            from wit_world.imports import lifecycle
+
+            from astrid_sdk._host import WitHost
+        except ImportError:
+            raise RuntimeError("Capsule.world() works only inside a componentize-py build (astrid capsule build)") from None
+
+        capsule = self
+        host = WitHost()
+
+        class WitWorld(wit_world.WitWorld):
+            def astrid_hook_trigger(self, action: str, payload: bytes) -> lifecycle.CapsuleResult:
+                outcome, data = capsule.dispatch(action, payload, host)
+                return lifecycle.CapsuleResult(outcome, data)
+
+        return WitWorld
+
+    # -- serving ------------------------------------------------------------
+
+    def dispatch(self, action: str, payload, host) -> tuple[str, str | None]:
+        """Handle one hook call; never raises. Returns (capsule-result action, data)."""
+        try:
+            if action == DESCRIBE_HANDLER:
+                return self._describe(host)
+            if action == READ_HANDLER:
+                return self._read(payload, host)
+            custom = self._handlers.get(action)
+            if custom is not None:
+                return self._custom(custom, payload, host)
+            self._log(host, "warn", f"no handler named {action!r} (bind describe, read or a @capsule.on name)")
+            return "continue", f"unknown handler {action}"
+        except BaseException as exc:  # noqa: BLE001 - nothing may trap the instance
+            text = _describe_exception(exc)
+            self._log(host, "error", f"{action}: {text}")
+            return "error", _short(text)
+
+    def _verified(self, host):
+        caller = host.caller()
+        if caller is None or caller.attribution != "verified" or not caller.principal:
+            return None
+        return caller
+
+    def _describe(self, host) -> tuple[str, str | None]:
+        caller = self._verified(host)
+        if caller is None:
+            return "deny", NOT_VERIFIED
+        ctx = Context(self, host, caller)
+        listed: list[Resource] = []
+        seen: set[str] = set()
+
+        def add(resource: Resource) -> None:
+            if resource.uri not in seen:
+                seen.add(resource.uri)
+                listed.append(resource)
+
+        for uri, static in self._static.items():
+            try:
+                if static.visible is None or static.visible(ctx):
+                    add(static.definition)
+            except Exception as exc:  # noqa: BLE001
+                self._log(host, "error", f"describe: visible() of {uri} raised {_describe_exception(exc)}; not listed")
+        for family in self._families:
+            if family._lister is None:
+                continue
+            try:
+                items = list(family._lister(ctx) or ())
+            except Exception as exc:  # noqa: BLE001
+                self._log(host, "error", f"describe: lister of {family.prefix} raised {_describe_exception(exc)}")
+                continue
+            for item in items:
+                try:
+                    add(family._member(item))
+                except DefinitionError as exc:
+                    self._log(host, "warn", f"describe: dropped a member of {family.prefix}: {exc}")
+        if len(listed) > _wire.MAX_RESOURCES_PER_DESCRIBE:
+            self._log(host, "warn", f"describe: {len(listed)} resources, only the first {_wire.MAX_RESOURCES_PER_DESCRIBE} are listed")
+            del listed[_wire.MAX_RESOURCES_PER_DESCRIBE :]
+        body = dumps(_wire.describe_response(listed))
+        while _wire.utf8_len(body) > _wire.MAX_MESSAGE_BYTES and listed:
+            drop = max(1, len(listed) // 10)
+            self._log(host, "warn", f"describe: reply over 1 MiB, dropping the last {drop} resources")
+            del listed[-drop:]
+            body = dumps(_wire.describe_response(listed))
+        host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, body)
+        return "final", f"{len(listed)} resources"
+
+    def _route(self, uri: str):
+        """(handler kind, target, key) for a URI this capsule serves, else None."""
+        static = self._static.get(uri)
+        if static is not None:
+            return "static", static, None
+        for family in self._families:
+            key = family.key_of(uri)
+            if key is not None:
+                return "family", family, key
+        return None
+
+    def _read(self, payload, host) -> tuple[str, str | None]:
+        try:
+            request = json.loads(payload.decode("utf-8") if isinstance(payload, (bytes, bytearray)) else payload)
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            self._log(host, "warn", "read: the request is not JSON; ignored")
+            return "continue", "bad request"
+        uri = request.get("uri") if isinstance(request, dict) else None
+        correlation_id = request.get("correlation_id") if isinstance(request, dict) else None
+        if not isinstance(uri, str) or not is_clean_segment(correlation_id):
+            self._log(host, "warn", "read: the request lacks a uri or a clean correlation_id; ignored")
+            return "continue", "bad request"
+        route = self._route(uri)
+        if route is None:
+            return "continue", "not mine"
+        topic = READ_REPLY_PREFIX + correlation_id
+        if _wire.utf8_len(topic) > _wire.MAX_TOPIC_BYTES:
+            return "continue", "correlation_id too long"
+        caller = self._verified(host)
+        if caller is None:
+            return self._reply(host, topic, _wire.read_response(uri, error=NOT_VERIFIED), "deny")
+        kind, target, key = route
+        ctx = Context(self, host, caller, uri, key)
+        try:
+            if kind == "static":
+                if target.visible is not None and not target.visible(ctx):
+                    return "continue", "not visible"
+                mime_type = target.definition.mime_type
+                value = target.handler(ctx)
+            else:
+                mime_type = target.mime_type
+                value = target.handler(ctx, uri)
+            chunks = _wire.to_chunks(value, mime_type)
+            _wire.check_read_limits(chunks)
+            reply = _wire.read_response(uri, chunks)
+        except NotFound:
+            return "continue", "not found"
+        except DefinitionError as exc:
+            name = getattr(target.handler, "__name__", "handler")
+            return self._fail(host, topic, uri, f"handler {name} {exc}" if str(exc).startswith("returned") else f"handler {name}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - user code
+            name = getattr(target.handler, "__name__", "handler")
+            return self._fail(host, topic, uri, f"handler {name} raised {_describe_exception(exc)}")
+        try:
+            body = dumps(reply)
+        except (TypeError, ValueError) as exc:
+            return self._fail(host, topic, uri, f"cannot encode the reply: {exc}")
+        size = _wire.utf8_len(body)
+        if size > _wire.MAX_MESSAGE_BYTES:
+            return self._fail(host, topic, uri, f"the reply is {size} bytes of JSON, over the 1 MiB bus message limit")
+        return self._publish(host, topic, uri, body)
+
+    def _fail(self, host, topic: str, uri: str, error: str) -> tuple[str, str | None]:
+        error = _short(error)
+        self._log(host, "error", f"read {uri}: {error}")
+        return self._reply(host, topic, _wire.read_response(uri, error=error), "error")
+
+    def _publish(self, host, topic: str, uri: str, body: str) -> tuple[str, str | None]:
+        try:
+            host.publish(topic, body)
+        except HostError as exc:
+            return self._fail(host, topic, uri, f"the host refused the reply: {exc}")
+        return "final", None
+
+    def _reply(self, host, topic: str, reply: dict, outcome: str) -> tuple[str, str | None]:
+        try:
+            host.publish(topic, dumps(reply))
+        except HostError as exc:
+            self._log(host, "error", f"cannot publish on {topic}: {exc}")
+            return "error", _short(str(exc))
+        return outcome, reply.get("error")
+
+    def _custom(self, function, payload, host) -> tuple[str, str | None]:
+        caller = self._verified(host)
+        ctx = Context(self, host, caller) if caller is not None else None
+        try:
+            result = function(ctx, bytes(payload) if payload is not None else b"")
+        except Exception as exc:  # noqa: BLE001
+            text = _describe_exception(exc)
+            self._log(host, "error", f"handler {getattr(function, '__name__', '?')} raised {text}")
+            return "error", _short(text)
+        return "continue", None if result is None else _short(str(result))
+
+    def _mint_id(self, host, principal: str | None) -> str:
+        """A correlation id: host clock + per-instance counter + a principal hash (no randomness)."""
+        self._counter += 1
+        digest = 2166136261
+        for byte in (principal or "").encode("utf-8"):
+            digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
+        return f"{self.reply_suffix[:32]}-{host.clock_ms()}-{self._counter}-{digest:08x}"
+
+    @staticmethod
+    def _log(host, level: str, message: str) -> None:
+        try:
+            host.log(level, message)
+        except Exception:  # noqa: BLE001 - logging must never break serving
+            pass

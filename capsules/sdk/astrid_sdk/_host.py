@@ -1,0 +1,122 @@
+"""The host ABI as the SDK sees it: a thin adapter over componentize-py's bindings.
+
+`WitHost` exists only inside a componentize-py build (it imports the generated
+`wit_world`). Everything else in the SDK talks to a host through the small
+duck-typed surface below, so the SDK logic stays testable on its own.
+"""
+
+from __future__ import annotations
+
+from wit_world.imports import astrid_ipc_host as ipc
+from wit_world.imports import astrid_sys_host as sys_host
+from componentize_py_types import Err
+
+from astrid_sdk._errors import HostError
+
+LEVELS = {
+    "trace": sys_host.LogLevel.TRACE,
+    "debug": sys_host.LogLevel.DEBUG,
+    "info": sys_host.LogLevel.INFO,
+    "warn": sys_host.LogLevel.WARN,
+    "warning": sys_host.LogLevel.WARN,
+    "error": sys_host.LogLevel.ERROR,
+}
+
+
+def _code(value: object) -> tuple[str, str]:
+    # ErrorCode_CapabilityDenied -> "capability-denied"; Unknown carries a string.
+    name = type(value).__name__.split("_", 1)[-1]
+    kebab = "".join("-" + c.lower() if c.isupper() else c for c in name).lstrip("-")
+    return kebab, str(getattr(value, "value", "") or "")
+
+
+def _attribution(value: object) -> tuple[str, str | None]:
+    if isinstance(value, ipc.PrincipalAttribution_Verified):
+        return "verified", value.value
+    if isinstance(value, ipc.PrincipalAttribution_Claimed):
+        return "claimed", value.value
+    return "system", None
+
+
+class Caller:
+    __slots__ = ("attribution", "principal", "source_id", "timestamp")
+
+    def __init__(self, attribution: str, principal: str | None, source_id: str, timestamp: str) -> None:
+        self.attribution = attribution
+        self.principal = principal
+        self.source_id = source_id
+        self.timestamp = timestamp
+
+
+class Delivered:
+    __slots__ = ("topic", "payload", "source_id", "attribution", "principal", "timestamp")
+
+    def __init__(self, message) -> None:
+        self.topic = message.topic
+        self.payload = message.payload
+        self.source_id = message.source_id
+        self.attribution, self.principal = _attribution(message.principal)
+        self.timestamp = message.timestamp
+
+
+class WitSubscription:
+    def __init__(self, handle) -> None:
+        self._handle = handle
+
+    def recv(self, timeout_ms: int) -> list[Delivered]:
+        try:
+            envelope = self._handle.recv(max(0, int(timeout_ms)))
+        except Err as err:
+            code, detail = _code(err.value)
+            if code == "timeout":
+                return []
+            raise HostError(code, detail) from None
+        return [Delivered(m) for m in envelope.messages]
+
+    def poll(self) -> list[Delivered]:
+        try:
+            envelope = self._handle.poll()
+        except Err as err:
+            raise HostError(*_code(err.value)) from None
+        return [Delivered(m) for m in envelope.messages]
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.__exit__(None, None, None)
+
+
+class WitHost:
+    """The real host, through the generated bindings."""
+
+    def caller(self) -> Caller | None:
+        try:
+            context = sys_host.get_caller()
+        except Err:
+            return None
+        attribution, name = _attribution(context.attribution)
+        return Caller(attribution, name, context.source_id, context.timestamp)
+
+    def publish(self, topic: str, payload: str) -> None:
+        try:
+            ipc.publish(topic, payload)
+        except Err as err:
+            raise HostError(*_code(err.value)) from None
+
+    def subscribe(self, pattern: str) -> WitSubscription:
+        try:
+            return WitSubscription(ipc.subscribe(pattern))
+        except Err as err:
+            raise HostError(*_code(err.value)) from None
+
+    def log(self, level: str, message: str) -> None:
+        sys_host.log(LEVELS.get(level, sys_host.LogLevel.INFO), message)
+
+    def config(self, key: str) -> str | None:
+        try:
+            return sys_host.get_config(key)
+        except Err:
+            return None
+
+    def clock_ms(self) -> int:
+        return sys_host.clock_ms()

@@ -1,0 +1,354 @@
+"""Build a capsule folder into a WebAssembly component.
+
+    validate Capsule.toml -> compile every .py (syntax errors as file:line)
+    -> content hash -> build cache hit? copy : componentize-py
+    -> write the manifest's [[component]] file (or OUT) -> precompile
+
+The entry module of a Python capsule is `app` (the file `app.py` at the top
+of the capsule folder); it must define `WitWorld` (`WitWorld = capsule.world()`
+with the guest SDK). componentize-py builds it against the world
+`resource-capsule` with `--stub-wasi`, with the capsule folder and the guest
+SDK on the guest's module path.
+
+Builds are cached by content hash: sha256 over the capsule's files, the SDK's
+files, the WIT files, the componentize-py version and the build flags. The
+cache lives in `ASTRID_BUILD_CACHE_DIR` (default: the user cache dir +
+`builds`), so rebuilding an unchanged capsule is a file copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TypeVar
+
+import platformdirs
+
+from astrid.capsules import SDK_DIR
+from astrid.host.kernel.manifest import ManifestError, Manifest, load_manifest
+from astrid.wit import CAPSULE_WORLD, WIT_DIR
+
+BUILD_CACHE_ENV = "ASTRID_BUILD_CACHE_DIR"
+ENTRY_MODULE = "app"
+COMPONENTIZE_FLAGS = ("--stub-wasi",)
+# Folders and files never part of a capsule's source.
+_SKIP_DIRS = {"__pycache__", "node_modules"}
+_SKIP_SUFFIXES = {".wasm", ".cwasm", ".pyc", ".pyo", ".tmp"}
+
+T = TypeVar("T")
+Progress = Callable[[str, float], None]
+
+
+class BuildError(Exception):
+    """A build that failed; the message is one line naming the file and the cause."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    output: Path
+    size: int
+    seconds: float
+    cached: bool  # served from the build cache (no componentize-py run)
+    content_hash: str
+    precompiled: Path | None  # the compile-cache entry, when precompiling ran
+
+
+def default_build_cache_dir() -> Path:
+    override = os.environ.get(BUILD_CACHE_ENV)
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_cache_dir("astrid")) / "builds"
+
+
+@lru_cache(maxsize=1)
+def componentize_py_version() -> str:
+    try:
+        return version("componentize-py")
+    except PackageNotFoundError:  # a componentize-py from PATH: ask it
+        from astrid.host.toolpaths import componentize_py
+
+        result = subprocess.run([componentize_py(), "--version"], capture_output=True, text=True, check=False)
+        return result.stdout.strip() or "unknown"
+
+
+def source_files(folder: Path, exclude: tuple[Path, ...] = ()) -> Iterator[Path]:
+    """Every file of a capsule's source, sorted; skips caches, hidden entries and build outputs."""
+    excluded = {p.resolve() for p in exclude}
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+        for name in sorted(files):
+            path = Path(root) / name
+            if name.startswith(".") or path.suffix in _SKIP_SUFFIXES or path.resolve() in excluded:
+                continue
+            yield path
+
+
+def _sdk_files() -> list[Path]:
+    return sorted(p for p in SDK_DIR.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _wit_files() -> list[Path]:
+    return sorted(WIT_DIR.rglob("*.wit"))
+
+
+def content_hash(folder: Path, exclude: tuple[Path, ...] = ()) -> str:
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        digest.update(label.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+
+    for path in source_files(folder, exclude):
+        add("capsule/" + path.relative_to(folder).as_posix(), path.read_bytes())
+    for path in _sdk_files():
+        add("sdk/" + path.relative_to(SDK_DIR).as_posix(), path.read_bytes())
+    for path in _wit_files():
+        add("wit/" + path.relative_to(WIT_DIR).as_posix(), path.read_bytes())
+    add("componentize-py", componentize_py_version().encode())
+    add("flags", " ".join((CAPSULE_WORLD, ENTRY_MODULE, *COMPONENTIZE_FLAGS)).encode())
+    return digest.hexdigest()
+
+
+def check_syntax(folder: Path) -> None:
+    """Compile every .py of the capsule (without writing bytecode); SyntaxError -> `file:line: message`."""
+    for path in source_files(folder):
+        if path.suffix != ".py":
+            continue
+        try:
+            source = path.read_bytes()
+        except OSError as exc:
+            raise BuildError(f"{_show(path)}: cannot read: {exc.strerror or exc}") from None
+        try:
+            compile(source, str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            line = f":{exc.lineno}" if exc.lineno else ""
+            raise BuildError(f"{_show(path)}{line}: {exc.msg}") from None
+        except ValueError as exc:  # e.g. null bytes
+            raise BuildError(f"{_show(path)}: {exc}") from None
+
+
+def _show(path: Path) -> str:
+    """`path` relative to the working directory when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def output_path(folder: Path, manifest: Manifest, out: Path | None) -> Path:
+    return Path(out) if out is not None else folder / manifest.component_file
+
+
+def build_capsule(
+    folder: Path,
+    out: Path | None = None,
+    *,
+    progress: Progress | None = None,
+    precompile: bool = True,
+    cache_dir: Path | None = None,
+) -> BuildResult:
+    """Build `folder` into a component at `out` (default: the manifest's [[component]] file).
+
+    `progress(phase, elapsed_seconds)` is called with elapsed 0.0 when a slow
+    phase starts ("componentize": componentize-py runs; "compile": wasmtime
+    precompiles into the compile cache), then about four times a second.
+    """
+    started = time.perf_counter()
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BuildError(f"{folder}: not a folder (give the capsule folder holding Capsule.toml)")
+    try:
+        manifest = load_manifest(folder)
+    except ManifestError as exc:
+        raise BuildError(str(exc)) from None
+    target = output_path(folder, manifest, out)
+    entry = folder / f"{ENTRY_MODULE}.py"
+    if not entry.is_file():
+        raise BuildError(
+            f"{_show(entry)}: not found (a Python capsule's entry module is {ENTRY_MODULE}.py; "
+            "it must define WitWorld = capsule.world())"
+        )
+    check_syntax(folder)
+
+    digest = content_hash(folder, exclude=(target,))
+    cache = Path(cache_dir) if cache_dir is not None else default_build_cache_dir()
+    cached_wasm = cache / f"{digest}.wasm"
+    cached = cached_wasm.is_file()
+    if not cached:
+        _componentize(folder, manifest, cache, cached_wasm, progress)
+    _install(cached_wasm, target)
+    precompiled = None
+    if precompile:
+        precompiled = _precompile(target, progress)
+    return BuildResult(
+        name=manifest.name,
+        output=target,
+        size=target.stat().st_size,
+        seconds=time.perf_counter() - started,
+        cached=cached,
+        content_hash=digest,
+        precompiled=precompiled,
+    )
+
+
+def _install(source: Path, target: Path) -> None:
+    """Copy the build into place unless an identical file is already there."""
+    if target.is_file() and target.stat().st_size == source.stat().st_size and _same_bytes(source, target):
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        shutil.copyfile(source, tmp)  # a fresh file: the umask's usual mode
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+
+
+def _precompile(target: Path, progress: Progress | None) -> Path | None:
+    from astrid.host.kernel.compile_cache import CompileCache
+
+    cache = CompileCache()
+    try:
+        if cache.entry_path(target.read_bytes()).exists():
+            return cache.precompile(target)
+        return _with_ticks("compile", lambda: cache.precompile(target), progress)
+    except Exception as exc:  # noqa: BLE001 - the build itself succeeded
+        raise BuildError(f"{_show(target)}: built, but wasmtime cannot compile it: {_last_line(str(exc))}") from None
+
+
+def _componentize(
+    folder: Path,
+    manifest: Manifest,
+    cache: Path,
+    cached_wasm: Path,
+    progress: Progress | None,
+) -> None:
+    from astrid.host.toolpaths import componentize_py
+
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    except OSError as exc:
+        raise BuildError(f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})") from None
+    wasm = scratch / f"{manifest.name}.wasm"
+    command = [
+        componentize_py(),
+        "-d", str(WIT_DIR),
+        "-w", CAPSULE_WORLD,
+        "componentize",
+        *COMPONENTIZE_FLAGS,
+        "-p", str(folder.resolve()),
+        "-p", str(SDK_DIR.resolve()),
+        ENTRY_MODULE,
+        "-o", str(wasm),
+    ]  # fmt: skip
+    env = {**os.environ, "RUST_BACKTRACE": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("VIRTUAL_ENV", None)  # componentize-py would add the host venv's site-packages
+    try:
+        output = _run(command, env, scratch, progress)
+        if output[0] != 0 or not wasm.is_file():
+            raise BuildError(_explain_failure(output[1], folder))
+        os.replace(wasm, cached_wasm)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _with_ticks(phase: str, function: Callable[[], T], progress: Progress | None) -> T:
+    """Run `function` in a worker thread, reporting progress from this one."""
+    if progress is None:
+        return function()
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            outcome.append((False, exc))
+
+    started = time.perf_counter()
+    progress(phase, 0.0)
+    worker = threading.Thread(target=work, name=f"astrid-{phase}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.25)
+        if worker.is_alive():
+            progress(phase, time.perf_counter() - started)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path, progress: Progress | None) -> tuple[int, str]:
+    started = time.perf_counter()
+    if progress is not None:
+        progress("componentize", 0.0)
+    try:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    except OSError as exc:
+        raise BuildError(f"cannot run componentize-py: {exc.strerror or exc} (reinstall astrid-py)") from None
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stdout.read(65536), b"")), daemon=True)
+    reader.start()
+    try:
+        while True:
+            try:
+                process.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                if progress is not None:
+                    progress("componentize", time.perf_counter() - started)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    reader.join()
+    return process.returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+_GUEST_FILE = re.compile(r'File "/(\d+)/([^"]+)", line (\d+)')
+
+
+def _explain_failure(output: str, folder: Path) -> str:
+    """One line from componentize-py's output: the cause, pointing at the file when it can."""
+    text = output.split("\nStack backtrace:", 1)[0]
+    head, _, caused = text.partition("\nCaused by:")
+    cause = _last_line(caused) if caused.strip() else _last_line(head)
+    cause = cause.removeprefix("AssertionError: ")
+    where = ""
+    frames = _GUEST_FILE.findall(head)
+    if frames:
+        index, relative, line = frames[-1]
+        root = folder if index == "0" else SDK_DIR if index == "1" else None
+        where = f"{_show(root / relative) if root else relative}:{line}: "
+    elif "WitWorld" in cause:
+        where = f"{_show(folder / (ENTRY_MODULE + '.py'))}: "
+        cause += " (end app.py with `WitWorld = capsule.world()`)"
+    elif "failed to resolve directory" in cause or "parsing WIT" in cause:
+        cause += f" (the WIT in {WIT_DIR} does not parse: run `wasm-tools component wit {WIT_DIR}`)"
+    return f"{where}{cause}" if cause else "componentize-py failed without a message"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,48 @@
+"""`astrid capsule new`: a capsule folder from the templates in `astrid.capsules/templates`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from astrid.capsules import CAPSULES_DIR
+
+TEMPLATES_DIR = CAPSULES_DIR / "templates"
+# template file -> file in the new capsule
+TEMPLATES = {
+    "Capsule.toml.tmpl": "Capsule.toml",
+    "app.py.tmpl": "app.py",
+    "README.md.tmpl": "README.md",
+}
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+class ScaffoldError(Exception):
+    """A capsule that cannot be created; one line naming the cause and the fix."""
+
+
+def scaffold_capsule(name: str, parent: Path | None = None) -> Path:
+    """Create `parent/name/` holding Capsule.toml, app.py and README.md; the folder's path."""
+    if not _NAME.fullmatch(name or ""):
+        raise ScaffoldError(
+            f"{name!r} is not a capsule name: use 1-64 characters of a-z, 0-9, '_' and '-', "
+            "starting with a letter or digit"
+        )
+    folder = Path(parent if parent is not None else ".") / name
+    if folder.exists():
+        raise ScaffoldError(f"{folder} already exists: pick another name or remove it first")
+    if parent is not None and not Path(parent).is_dir():
+        raise ScaffoldError(f"{parent} is not a folder")
+    try:
+        folder.mkdir(parents=False)
+    except OSError as exc:
+        raise ScaffoldError(f"cannot create {folder}: {exc.strerror or exc}") from None
+    try:
+        for template, target in TEMPLATES.items():
+            text = (TEMPLATES_DIR / template).read_text(encoding="utf-8")
+            (folder / target).write_text(text.replace("{{name}}", name), encoding="utf-8")
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ScaffoldError(f"cannot write {folder}: {exc.strerror or exc}") from None
+    return folder
