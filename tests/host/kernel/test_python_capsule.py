@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from astrid.host.build import build_capsule
 from astrid.host.kernel.bus import Principal
-from astrid.host.toolpaths import componentize_py
-from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 from .conftest import client_for
 
@@ -22,21 +18,9 @@ ALICE = Principal.verified("alice")
 
 
 def build_pyprobe(folder: Path) -> Path:
-    """componentize-py build of the fixture, cached by the hash of its inputs."""
-    digest = hashlib.sha256()
-    for path in sorted([*PYPROBE.glob("*.py"), *WIT_DIR.rglob("*.wit")]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    cached = Path(os.environ["ASTRID_BUILD_CACHE_DIR"]) / f"pyprobe-{digest.hexdigest()[:32]}.wasm"
-    if not cached.exists():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [componentize_py(), "-d", str(WIT_DIR), "-w", CAPSULE_WORLD, "componentize", "-s",
-             "-p", str(PYPROBE), "app", "-o", str(cached) + ".tmp"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        os.replace(str(cached) + ".tmp", cached)
-    shutil.copytree(PYPROBE, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(cached, folder / "pyprobe.wasm")
+    """A clean copy of the fixture, built through the project's builder (content-hash cached)."""
+    shutil.copytree(PYPROBE, folder, ignore=shutil.ignore_patterns("__pycache__", "*.wasm"))
+    build_capsule(folder)
     return folder
 
 
