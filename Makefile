@@ -19,8 +19,10 @@ build-capsules: $(STAMP)
 	$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect
 	$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs
 
+# stdio MCP server on the bundled capsules (plus the capsule home); stderr says
+# what is served, `astrid mcp config` how to connect Claude Desktop.
 serve: build-capsules
-	$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)
+	$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

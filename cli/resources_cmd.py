@@ -1,18 +1,103 @@
-"""`astrid resources ...` commands."""
+"""`astrid resources ...`: list and read as an MCP client would, without one.
+
+Runs the same kernel, broker and front doors in-process as `astrid mcp serve`
+(`astrid.host.mcp.runtime.Runtime`), so what you see here is what a client
+gets (before the MCP reshape).
+"""
 
 from __future__ import annotations
 
-from astrid.cli.main import resources
+import base64
+import json
+from pathlib import Path
+
+import click
+
 from astrid.cli.errors import UserError
+from astrid.cli.main import resources
+from astrid.cli.mcp_cmd import capsules_option, make_runtime, principal_option
+
+HINTS = {
+    "not_found": "check the uri against `astrid resources list`",
+    "denied": "the read was refused by the broker's gate",
+    "timeout": "a capsule did not answer within the read window",
+    "over_limit": "the contents are over a read limit",
+    "capsule_error": "the capsule failed to serve it; run with -v for its log",
+}
+
+
+def _started(capsule_dirs: tuple[Path, ...], principal: str | None):
+    from astrid.host.mcp.server import BackendNotReady
+
+    runtime = make_runtime(capsule_dirs, principal)
+    try:
+        runtime.start(background=False)
+    except BackendNotReady as exc:
+        runtime.close()
+        raise UserError(f"capsules could not be loaded: {exc}") from None
+    for failure in runtime.status.failures:
+        click.echo(f"warning: capsule {failure.folder} not loaded: {failure.error}", err=True)
+    return runtime
+
+
+def _call(fn, *args):
+    from astrid.host.mcp.frontdoor import BrokerUnavailable
+
+    try:
+        return fn(*args)
+    except BrokerUnavailable as exc:
+        raise UserError(f"the broker did not answer: {exc}") from None
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(len(headers))]
+    widths[-1] = 0  # the last column is not padded
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
 
 
 @resources.command("list")
-def resources_list() -> None:
+@capsules_option
+@principal_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array (the bus records) for scripts.")
+def resources_list(capsule_dirs: tuple[Path, ...], principal: str | None, as_json: bool) -> None:
     """List the resources a principal sees."""
-    raise UserError("`astrid resources list` is not yet available")
+    with _started(capsule_dirs, principal) as runtime:
+        listed = _call(runtime.list_resources)
+        if as_json:
+            click.echo(json.dumps([r.to_wire() for r in listed], indent=2, ensure_ascii=False))
+            return
+        if not listed:
+            click.echo(f"no resources for {runtime.principal!r} ({len(runtime.status.capsules)} capsules loaded)")
+            return
+        rows = [
+            [r.uri, r.name, r.mime_type or "-", str(r.size) if r.size is not None else "-", r.title or ""]
+            for r in listed
+        ]
+        click.echo(_table(rows, ["URI", "NAME", "MIME", "SIZE", "TITLE"]))
 
 
 @resources.command("read")
-def resources_read() -> None:
-    """Read one resource."""
-    raise UserError("`astrid resources read` is not yet available")
+@click.argument("uri")
+@capsules_option
+@principal_option
+@click.option("--json", "as_json", is_flag=True, help="Print the chunks as JSON (the bus records) for scripts.")
+def resources_read(uri: str, capsule_dirs: tuple[Path, ...], principal: str | None, as_json: bool) -> None:
+    """Read one resource: text chunks to stdout, blobs described (use --json for them)."""
+    with _started(capsule_dirs, principal) as runtime:
+        reply = _call(runtime.read_resource, uri)
+    if reply.error is not None:
+        hint = HINTS.get(reply.error.code, "")
+        raise UserError(f"{reply.error.code}: {reply.error.message}" + (f" ({hint})" if hint else ""))
+    if as_json:
+        click.echo(json.dumps([c.to_wire() for c in reply.contents], indent=2, ensure_ascii=False))
+        return
+    for chunk in reply.contents:
+        if len(reply.contents) > 1 or chunk.uri != uri:
+            click.echo(f"--- {chunk.uri}" + (f" ({chunk.mime_type})" if chunk.mime_type else ""), err=True)
+        if chunk.type == "text":
+            click.echo(chunk.text)
+        else:
+            size = len(base64.b64decode(chunk.blob))
+            click.echo(f"[blob {chunk.uri}: {chunk.mime_type or 'unknown type'}, {size} bytes; use --json to get it]")

@@ -16,7 +16,7 @@ REPLY_PREFIX = "astrid.v1.response."
 
 # Symbolic failure kinds; the MCP server maps them to JSON-RPC codes for the
 # negotiated protocol revision.
-ErrorKind = Literal["not_found", "denied", "timeout", "over_limit", "capsule_error", "invalid_request"]
+ErrorKind = Literal["not_found", "denied", "timeout", "over_limit", "capsule_error", "invalid_request", "internal"]
 
 
 def reply_topic(req_id: str) -> str:
@@ -35,7 +35,10 @@ class _Request(WireModel):
 
 
 class ListResourcesRequest(_Request):
-    pass
+    # Ask for a fresh describe round instead of the cached snapshot (the MCP
+    # server's list_changed watcher sets it after a capsule-set change, so it
+    # never races the broker's own cache invalidation).
+    refresh: bool = False
 
 
 class ReadResourceRequest(_Request):
@@ -50,7 +53,9 @@ class FrontDoorError(WireModel):
 class ListResourcesReply(WireModel):
     kind: Literal["resources.list"] = "resources.list"
     req_id: str
-    resources: list[ResourceDefinition]
+    resources: list[ResourceDefinition] = []
+    # Set (and `resources` empty) only when the broker itself failed.
+    error: FrontDoorError | None = None
 
 
 class ReadResourceReply(WireModel):

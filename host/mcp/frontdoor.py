@@ -1,0 +1,103 @@
+"""The MCP side of the front doors: ask the broker over the bus, wait for the reply.
+
+The MCP server is an ordinary bus participant with its own source-id. Every
+request mints a `req_id`, subscribes to `astrid.v1.response.<req_id>` first,
+publishes on the front door as `verified(<principal>)` and waits (bounded)
+for exactly that reply. Calls block: the async server runs them in a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from pydantic import ValidationError
+
+from astrid.host.contract.events import CAPSULES_LOADED_TOPIC
+from astrid.host.contract.frontdoor import (
+    LIST_TOPIC,
+    READ_TOPIC,
+    ListResourcesReply,
+    ListResourcesRequest,
+    ReadResourceReply,
+    ReadResourceRequest,
+    reply_topic,
+)
+from astrid.host.contract.resource import ResourceDefinition
+from astrid.host.kernel.bus import Bus, BusError, Participant, Principal, Subscription, host_participant
+from astrid.host.limits import DEFAULT_LIMITS, Limits
+
+MCP_PUBLISH = ("astrid.v1.request.mcp.*",)
+MCP_SUBSCRIBE = ("astrid.v1.response.*", CAPSULES_LOADED_TOPIC)
+
+
+class BrokerUnavailable(Exception):
+    """The broker did not answer (in time, or at all)."""
+
+
+def mcp_participant(source_id: str | None = None) -> Participant:
+    return host_participant(
+        "mcp-server", source_id or f"mcp-server-{uuid.uuid4().hex}", publish=MCP_PUBLISH, subscribe=MCP_SUBSCRIBE
+    )
+
+
+def default_timeout(limits: Limits) -> float:
+    # worst case of a read: read, re-describe, read again; plus a round queued ahead
+    return 2 * limits.describe_window_s + 2 * limits.read_window_s + 2.0
+
+
+class FrontDoorClient:
+    def __init__(
+        self,
+        bus: Bus,
+        participant: Participant,
+        principal: Principal,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        timeout_s: float | None = None,
+    ) -> None:
+        self.bus = bus
+        self.participant = participant
+        self.principal = principal
+        self.limits = limits
+        self.timeout_s = timeout_s if timeout_s is not None else default_timeout(limits)
+
+    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
+        req_id = uuid.uuid4().hex
+        payload = ListResourcesRequest(req_id=req_id, refresh=refresh).to_json()
+        data = self._round_trip(LIST_TOPIC, req_id, payload)
+        try:
+            reply = ListResourcesReply.model_validate(data, context={"limits": self.limits})
+        except ValidationError as exc:
+            raise BrokerUnavailable(f"the broker's list reply is malformed: {exc.error_count()} errors") from None
+        if reply.error is not None:
+            raise BrokerUnavailable(reply.error.message)
+        return list(reply.resources)
+
+    def read_resource(self, uri: str) -> ReadResourceReply:
+        req_id = uuid.uuid4().hex
+        payload = ReadResourceRequest(req_id=req_id, uri=uri).to_json()
+        data = self._round_trip(READ_TOPIC, req_id, payload)
+        try:
+            return ReadResourceReply.model_validate(data, context={"limits": self.limits})
+        except ValidationError as exc:
+            raise BrokerUnavailable(f"the broker's read reply is malformed: {exc.error_count()} errors") from None
+
+    def changes(self) -> Subscription:
+        """Capsule-set change events for this principal (close it when done)."""
+        return self.bus.subscribe(self.participant, CAPSULES_LOADED_TOPIC, principal_scope=self.principal)
+
+    def _round_trip(self, topic: str, req_id: str, payload: str) -> object:
+        with self.bus.subscribe(self.participant, reply_topic(req_id), principal_scope=self.principal) as replies:
+            try:
+                self.bus.publish(self.participant, topic, payload, self.principal)
+            except BusError as exc:
+                raise BrokerUnavailable(f"the request could not be sent: {exc}") from None
+            message = replies.recv(self.timeout_s)
+        if message is None:
+            raise BrokerUnavailable(f"the broker did not answer within {self.timeout_s:g} s")
+        try:
+            return json.loads(message.payload)
+        except ValueError:
+            raise BrokerUnavailable("the broker's reply is not JSON") from None

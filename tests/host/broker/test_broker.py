@@ -1,0 +1,564 @@
+"""The broker on the real Bus, with host participants standing in for capsules."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from astrid.host.contract.events import CAPSULES_LOADED_TOPIC
+from astrid.host.contract.frontdoor import READ_TOPIC, ReadResourceRequest, reply_topic
+from astrid.host.kernel.bus import Bus, Principal, host_participant
+from astrid.host.limits import Limits
+from astrid.host.mcp.frontdoor import mcp_participant
+from tests.host.broker.conftest import ALICE, BOB
+from tests.host.broker.fakes import FakeCapsule, blob, resource, text
+
+
+def uris(resources) -> list[str]:
+    return [r.uri for r in resources]
+
+
+# -- describe ---------------------------------------------------------------------------
+
+
+def test_list_merges_every_capsule_sorted_by_uri(bus, make_broker):
+    FakeCapsule(bus, "docs", resources={"alice": [resource("astrid://docs/b"), resource("astrid://docs/a")]})
+    FakeCapsule(bus, "intro", resources={"alice": [resource("astrid://intro/capsules", title="Capsules")]})
+    _, client = make_broker(bus)
+
+    listed = client(ALICE).list_resources()
+
+    assert uris(listed) == ["astrid://docs/a", "astrid://docs/b", "astrid://intro/capsules"]
+    assert listed[2].title == "Capsules"
+
+
+def test_list_keeps_every_field(bus, make_broker):
+    full = resource(
+        "astrid://docs/full",
+        "full",
+        title="Full",
+        description="every field",
+        mime_type="text/markdown",
+        size=42,
+        annotations={"audience": ["user", "assistant"], "priority": 0.5, "last_modified": "2025-01-12T15:00:58Z"},
+        icons=[{"src": "data:image/png;base64,AAAA", "mime_type": "image/png", "sizes": ["48x48"], "theme": "dark"}],
+        meta=json.dumps({"com.example/origin": "test"}),
+    )
+    FakeCapsule(bus, "docs", resources={"alice": [full]})
+    _, client = make_broker(bus)
+
+    [listed] = client(ALICE).list_resources()
+
+    assert listed.to_wire() == full
+
+
+@pytest.mark.parametrize("slow", ["src-a", "src-b"])
+def test_uri_collision_first_source_id_wins_whatever_the_arrival_order(threaded_bus, make_broker, caplog, slow):
+    bus = threaded_bus
+    for name, source in (("capa", "src-a"), ("capb", "src-b")):
+        FakeCapsule(
+            bus,
+            name,
+            source_id=source,
+            resources={"alice": [resource("astrid://shared/x", f"from-{source}")]},
+            describe_delay=0.05 if source == slow else 0.0,
+        )
+    _, client = make_broker(bus)
+
+    with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
+        [listed] = client(ALICE).list_resources()
+
+    assert listed.name == "from-src-a"
+    audit = [r.getMessage() for r in caplog.records if r.name == "astrid.host.broker.audit"]
+    assert len(audit) == 1
+    for needle in ("astrid://shared/x", "src-a", "src-b", "verified(alice)"):
+        assert needle in audit[0]
+
+
+def test_each_principal_gets_only_its_own_resources(bus, make_broker):
+    FakeCapsule(
+        bus,
+        "notes",
+        resources={"alice": [resource("astrid://notes/alice")], "bob": [resource("astrid://notes/bob")]},
+    )
+    _, client = make_broker(bus)
+
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/alice"]
+    assert uris(client(BOB).list_resources()) == ["astrid://notes/bob"]
+
+
+def test_reply_attributed_to_another_principal_is_dropped(bus, make_broker):
+    """A rogue responder answers alice's describe as bob: never in alice's list."""
+    FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/alice")]})
+    rogue = host_participant("rogue", "src-rogue", publish=["resource.v1.response.*"])
+
+    from astrid.host.kernel.bus import Binding
+
+    def answer_as_bob(message):
+        payload = json.dumps({"resources": [resource("astrid://rogue/x")]})
+        bus.publish(rogue, "resource.v1.response.describe.rogue", payload, BOB)
+
+    bus.bind(Binding(rogue, "resource.v1.request.describe", answer_as_bob))
+    _, client = make_broker(bus)
+
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/alice"]
+
+
+def test_a_second_reply_from_one_source_is_dropped_and_logged(bus, make_broker, caplog):
+    FakeCapsule(
+        bus,
+        "twice",
+        resources={"alice": [resource("astrid://twice/first")]},
+        describe_twice={"resources": [resource("astrid://twice/second")]},
+    )
+    _, client = make_broker(bus)
+
+    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
+        listed = client(ALICE).list_resources()
+
+    assert uris(listed) == ["astrid://twice/first"]
+    assert any("second describe reply from src-twice" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_entry_is_dropped_not_the_whole_reply(bus, make_broker):
+    entries = [
+        resource("astrid://ok/1"),
+        {"uri": "astrid://bad/no-name"},
+        resource("astrid://bad/size", size="12"),  # wrong type
+        resource("astrid://bad/long-title", title="x" * 5000),
+        resource("astrid://bad/meta-type", meta={"not": "a string"}),  # wrong type: the entry goes
+        resource("astrid://ok/2"),
+        resource("astrid://ok/meta-array", meta="[1, 2]"),  # not an object: only the field goes
+        resource("astrid://ok/meta-big", meta=json.dumps({"k": "v" * 5000})),  # over the cap: only the field goes
+    ]
+    FakeCapsule(bus, "mixed", resources={"alice": entries})
+    _, client = make_broker(bus)
+
+    listed = client(ALICE).list_resources()
+    assert uris(listed) == ["astrid://ok/1", "astrid://ok/2", "astrid://ok/meta-array", "astrid://ok/meta-big"]
+    assert all(r.meta is None for r in listed)
+
+
+def test_an_over_size_reply_is_dropped_and_logged(bus, make_broker, caplog):
+    limits = Limits(resources_per_describe=3)
+    FakeCapsule(bus, "big", resources={"alice": [resource(f"astrid://big/{i}") for i in range(4)]})
+    FakeCapsule(bus, "small", resources={"alice": [resource("astrid://small/1")]})
+    _, client = make_broker(bus, limits)
+
+    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
+        assert uris(client(ALICE).list_resources()) == ["astrid://small/1"]
+    assert any("src-big dropped" in r.getMessage() and "more than the limit of 3" in r.getMessage() for r in caplog.records)
+
+
+def test_garbage_replies_are_ignored(bus, make_broker):
+    FakeCapsule(bus, "garbage", raw_describe='"just a string"')
+    FakeCapsule(bus, "nolist", raw_describe='{"resources": {"uri": "x"}}')
+    FakeCapsule(bus, "fine", resources={"alice": [resource("astrid://fine/1")]})
+    _, client = make_broker(bus)
+
+    assert uris(client(ALICE).list_resources()) == ["astrid://fine/1"]
+
+
+def test_per_principal_cap(bus, make_broker):
+    limits = Limits(resources_per_principal=3)
+    FakeCapsule(bus, "many", resources={"alice": [resource(f"astrid://many/{i}") for i in range(5)]})
+    broker, client = make_broker(bus, limits)
+
+    assert uris(client(ALICE).list_resources()) == [f"astrid://many/{i}" for i in range(3)]
+    assert set(broker.cache.get(ALICE).owners) == {f"astrid://many/{i}" for i in range(3)}
+
+
+def test_snapshot_is_cached_per_principal_and_never_crosses(bus, make_broker):
+    capsule = FakeCapsule(
+        bus, "notes", resources={"alice": [resource("astrid://notes/a")], "bob": [resource("astrid://notes/b")]}
+    )
+    _, client = make_broker(bus)
+
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
+    assert capsule.describes == 1  # the second list was a cache hit
+    # bob's list is a miss for bob, whatever alice has cached
+    assert uris(client(BOB).list_resources()) == ["astrid://notes/b"]
+    assert capsule.describes == 2
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
+    assert capsule.describes == 2
+
+
+def test_capsules_loaded_invalidates_that_principals_snapshot_only(bus, make_broker):
+    capsule = FakeCapsule(
+        bus, "notes", resources={"alice": [resource("astrid://notes/a")], "bob": [resource("astrid://notes/b")]}
+    )
+    _, client = make_broker(bus)
+    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
+    client(ALICE).list_resources()
+    client(BOB).list_resources()
+    assert capsule.describes == 2
+
+    capsule.resources["alice"].append(resource("astrid://notes/a2"))
+    capsule.resources["bob"].append(resource("astrid://notes/b2"))
+    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
+
+    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
+    assert uris(client(BOB).list_resources()) == ["astrid://notes/b"]  # still cached for bob
+    assert capsule.describes == 3
+
+
+def test_an_empty_round_keeps_the_previous_snapshot(bus, make_broker):
+    limits = Limits(describe_window_s=0.3)
+    capsule = FakeCapsule(bus, "flaky", resources={"alice": [resource("astrid://flaky/1")]})
+    broker, client = make_broker(bus, limits)
+    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1"]
+
+    broker.invalidate(ALICE)
+    capsule.silent_describe = True  # received, but no reply this round
+    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1"]
+    assert capsule.describes == 2
+
+    capsule.silent_describe = False  # the kept snapshot is stale: the next list asks again
+    capsule.resources["alice"].append(resource("astrid://flaky/2"))
+    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1", "astrid://flaky/2"]
+
+
+def test_no_capsule_at_all_is_an_empty_list_not_a_kept_snapshot(bus, make_broker):
+    capsule = FakeCapsule(bus, "gone", resources={"alice": [resource("astrid://gone/1")]})
+    broker, client = make_broker(bus)
+    assert uris(client(ALICE).list_resources()) == ["astrid://gone/1"]
+
+    capsule.unload()
+    broker.invalidate(ALICE)
+    assert client(ALICE).list_resources() == []
+
+
+def test_describe_ends_when_every_capsule_finished_not_at_the_window(threaded_bus, make_broker):
+    limits = Limits(describe_window_s=2.5)
+    for i in range(3):
+        FakeCapsule(threaded_bus, f"c{i}", resources={"alice": [resource(f"astrid://c{i}/x")]}, describe_delay=0.05)
+    _, client = make_broker(threaded_bus, limits)
+
+    started = time.perf_counter()
+    listed = client(ALICE).list_resources()
+    elapsed = time.perf_counter() - started
+
+    assert len(listed) == 3
+    assert elapsed < 0.5, f"list took {elapsed:.3f} s: it should cost about the slowest capsule (50 ms)"
+
+
+def test_describe_window_bounds_a_hanging_capsule(threaded_bus, make_broker):
+    limits = Limits(describe_window_s=0.3)
+    FakeCapsule(threaded_bus, "fast", resources={"alice": [resource("astrid://fast/x")]})
+    FakeCapsule(threaded_bus, "slow", resources={"alice": [resource("astrid://slow/x")]}, describe_delay=1.0)
+    _, client = make_broker(threaded_bus, limits)
+
+    started = time.perf_counter()
+    listed = client(ALICE).list_resources()
+    elapsed = time.perf_counter() - started
+
+    assert uris(listed) == ["astrid://fast/x"]  # best effort: slow reappears next time
+    assert 0.25 < elapsed < 0.9
+
+
+def test_concurrent_lists_share_one_round(threaded_bus, make_broker):
+    capsule = FakeCapsule(threaded_bus, "c", resources={"alice": [resource("astrid://c/x")]}, describe_delay=0.1)
+    _, client = make_broker(threaded_bus)
+    results: list[list[str]] = []
+
+    def run():
+        results.append(uris(client(ALICE).list_resources()))
+
+    threads = [threading.Thread(target=run) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == [["astrid://c/x"]] * 5
+    assert capsule.describes == 1
+
+
+def test_unverified_principals_list_nothing(bus, make_broker):
+    capsule = FakeCapsule(bus, "c", resources={"alice": [resource("astrid://c/x")]})
+    _, client = make_broker(bus)
+    assert client(Principal.claimed("alice")).list_resources() == []
+    assert capsule.describes == 0
+
+
+def test_list_reply_is_trimmed_to_one_bus_message(make_broker):
+    bus = Bus(max_payload_bytes=4000)
+    for half in (0, 1):
+        entries = [resource(f"astrid://wide/{half}{i}", description="d" * 300) for i in range(8)]
+        FakeCapsule(bus, f"wide{half}", resources={"alice": entries})
+    _, client = make_broker(bus)
+    listed = client(ALICE).list_resources()
+    assert 8 < len(listed) < 16
+    assert uris(listed) == sorted(f"astrid://wide/{h}{i}" for h in (0, 1) for i in range(8))[: len(listed)]
+
+
+# -- read ---------------------------------------------------------------------------------
+
+
+def test_read_text_and_blob(bus, make_broker):
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    FakeCapsule(
+        bus,
+        "docs",
+        contents={
+            "alice": {
+                "astrid://docs/readme": [text("astrid://docs/readme", "# hi", mime_type="text/markdown")],
+                "astrid://docs/logo": [blob("astrid://docs/logo", png, mime_type="image/png")],
+                "astrid://docs/book": [text("astrid://docs/book/1", "one"), text("astrid://docs/book/2", "two")],
+            }
+        },
+    )
+    _, client = make_broker(bus)
+
+    readme = client(ALICE).read_resource("astrid://docs/readme")
+    assert readme.error is None
+    assert [c.to_wire() for c in readme.contents] == [
+        {"type": "text", "uri": "astrid://docs/readme", "text": "# hi", "mime_type": "text/markdown"}
+    ]
+    logo = client(ALICE).read_resource("astrid://docs/logo")
+    assert logo.contents[0].blob == png
+    book = client(ALICE).read_resource("astrid://docs/book")
+    assert [c.text for c in book.contents] == ["one", "two"]
+
+
+def test_read_is_per_principal(bus, make_broker):
+    FakeCapsule(
+        bus,
+        "notes",
+        contents={
+            "alice": {"astrid://notes/me": [text("astrid://notes/me", "alice's")]},
+            "bob": {"astrid://notes/me": [text("astrid://notes/me", "bob's")]},
+        },
+    )
+    _, client = make_broker(bus)
+    assert client(ALICE).read_resource("astrid://notes/me").contents[0].text == "alice's"
+    assert client(BOB).read_resource("astrid://notes/me").contents[0].text == "bob's"
+
+
+def test_not_found_ends_when_every_capsule_finished(threaded_bus, make_broker):
+    limits = Limits(read_window_s=2.5, describe_window_s=2.5)
+    for i in range(3):
+        FakeCapsule(threaded_bus, f"c{i}", resources={"alice": [resource(f"astrid://c{i}/x")]})
+    broker, client = make_broker(threaded_bus, limits)
+    client(ALICE).list_resources()
+
+    started = time.perf_counter()
+    reply = client(ALICE).read_resource("astrid://nobody/here")
+    elapsed = time.perf_counter() - started
+
+    assert reply.error is not None and reply.error.code == "not_found"
+    assert elapsed < 0.5, f"not-found took {elapsed:.3f} s, should be far under the 2.5 s window"
+
+
+def test_not_found_re_describes_once_for_an_unknown_uri(bus, make_broker):
+    capsule = FakeCapsule(bus, "c", resources={"alice": [resource("astrid://c/x")]})
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    assert capsule.describes == 1
+
+    assert client(ALICE).read_resource("astrid://c/missing").error.code == "not_found"
+    assert capsule.describes == 2  # one re-describe, then not found
+    assert capsule.reads == 1  # the uri was still unknown: no pointless retry
+
+
+class LateCapsule(FakeCapsule):
+    """Serves its new resource only once it has listed it (e.g. just reloaded)."""
+
+    def _on_read(self, message):
+        if self.describes >= 2:
+            self.contents = {"alice": {"astrid://c/new": [text("astrid://c/new", "fresh")]}}
+        super()._on_read(message)
+
+
+def test_a_miss_on_a_new_uri_retries_after_the_re_describe(bus, make_broker):
+    capsule = LateCapsule(bus, "c", resources={"alice": []})
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    capsule.resources["alice"].append(resource("astrid://c/new"))
+
+    reply = client(ALICE).read_resource("astrid://c/new")
+
+    assert reply.error is None and reply.contents[0].text == "fresh"
+    assert capsule.describes == 2
+    assert capsule.reads == 2
+
+
+def test_read_timeout_when_a_capsule_hangs(threaded_bus, make_broker):
+    limits = Limits(read_window_s=0.3, describe_window_s=0.3)
+    release = threading.Event()
+    FakeCapsule(threaded_bus, "hang", resources={"alice": [resource("astrid://hang/x")]}, hang=release)
+    FakeCapsule(threaded_bus, "ok", contents={"alice": {"astrid://ok/x": [text("astrid://ok/x", "fine")]}})
+    _, client = make_broker(threaded_bus, limits)
+    try:
+        started = time.perf_counter()
+        reply = client(ALICE).read_resource("astrid://hang/x")
+        elapsed = time.perf_counter() - started
+        assert reply.error is not None and reply.error.code == "timeout"
+        assert 0.25 < elapsed < 0.8
+        # a hanging capsule does not stop the owner of another uri from answering
+        started = time.perf_counter()
+        assert client(ALICE).read_resource("astrid://ok/x").contents[0].text == "fine"
+        assert time.perf_counter() - started < 0.5
+    finally:
+        release.set()
+
+
+def test_listed_owner_that_finishes_without_answering_is_a_capsule_error(bus, make_broker):
+    capsule = FakeCapsule(bus, "c", resources={"alice": [resource("astrid://c/x")]})
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    reply = client(ALICE).read_resource("astrid://c/x")  # listed, but contents has nothing
+    assert reply.error.code == "capsule_error"
+    assert capsule.describes == 1
+
+
+def test_read_prefers_the_listed_owner_on_a_collision(threaded_bus, make_broker):
+    for name, source, delay in (("capa", "src-a", 0.1), ("capb", "src-b", 0.0)):
+        FakeCapsule(
+            threaded_bus,
+            name,
+            source_id=source,
+            resources={"alice": [resource("astrid://shared/x")]},
+            contents={"alice": {"astrid://shared/x": [text("astrid://shared/x", f"from {source}")]}},
+            read_delay=delay,
+        )
+    _, client = make_broker(threaded_bus)
+    client(ALICE).list_resources()
+    for _ in range(3):
+        assert client(ALICE).read_resource("astrid://shared/x").contents[0].text == "from src-a"
+
+
+def test_capsule_error_reply(bus, make_broker):
+    FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": "disk on fire"}})
+    _, client = make_broker(bus)
+    reply = client(ALICE).read_resource("astrid://c/x")
+    assert reply.error.code == "capsule_error"
+    assert reply.error.message == "disk on fire"
+    assert reply.contents == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x")] * 5}), "over_limit"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x" * 600)]}), "over_limit"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [blob(r["uri"], base64.b64encode(b"y" * 600).decode())]}), "over_limit"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x" * 200), blob(r["uri"], base64.b64encode(b"y" * 400).decode())]}), "over_limit"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": []}), "capsule_error"),
+        (lambda r: json.dumps({"uri": "astrid://other", "contents": [text(r["uri"], "x")]}), "capsule_error"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "blob", "uri": r["uri"], "blob": "%%%"}]}), "capsule_error"),
+        (lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "text", "uri": r["uri"], "text": 5}]}), "capsule_error"),
+        (lambda r: json.dumps("just a string"), "capsule_error"),
+    ],
+)
+def test_read_replies_fail_closed(bus, make_broker, reply, code):
+    limits = Limits(chunks_per_read=4, bytes_per_read=512)
+    FakeCapsule(bus, "c", raw_read=reply)
+    _, client = make_broker(bus, limits)
+    result = client(ALICE).read_resource("astrid://c/x")
+    assert result.error is not None and result.error.code == code
+    assert result.contents == []
+
+
+def test_a_bad_chunk_meta_loses_the_field_not_the_read(bus, make_broker):
+    FakeCapsule(
+        bus,
+        "c",
+        raw_read=lambda r: json.dumps(
+            {"uri": r["uri"], "meta": "7", "contents": [text(r["uri"], "x", meta="[1]"), text(r["uri"], "y", meta='{"a": 1}')]}
+        ),
+    )
+    _, client = make_broker(bus)
+    reply = client(ALICE).read_resource("astrid://c/x")
+    assert reply.error is None
+    assert [(c.text, c.meta) for c in reply.contents] == [("x", None), ("y", '{"a": 1}')]
+
+
+def test_read_at_the_byte_limit_is_served(bus, make_broker):
+    limits = Limits(bytes_per_read=512)
+    FakeCapsule(bus, "c", raw_read=lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "é" * 256)]}))
+    _, client = make_broker(bus, limits)
+    assert client(ALICE).read_resource("astrid://c/x").contents[0].text == "é" * 256
+
+
+# -- the confused-deputy gate ---------------------------------------------------------------
+
+
+def _raw_read(bus, sender, principal, uri="astrid://c/x", req_id="r1"):
+    with bus.subscribe(sender, reply_topic(req_id), principal_scope=principal) as sub:
+        bus.publish(sender, READ_TOPIC, ReadResourceRequest(req_id=req_id, uri=uri).to_json(), principal)
+        message = sub.recv(5)
+    assert message is not None
+    return json.loads(message.payload)
+
+
+def test_read_from_an_untrusted_participant_is_denied(bus, make_broker):
+    capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}})
+    make_broker(bus)
+    stranger = mcp_participant()  # right ACLs, but not the trusted ingress
+
+    reply = _raw_read(bus, stranger, ALICE)
+
+    assert reply["error"]["code"] == "denied"
+    assert "contents" not in reply or reply["contents"] == []
+    assert capsule.reads == 0
+
+
+@pytest.mark.parametrize("principal", [Principal.claimed("alice"), Principal.system()])
+def test_read_without_a_verified_principal_is_denied(bus, make_broker, principal):
+    capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
+    broker, _ = make_broker(bus)
+    trusted = mcp_participant()
+    broker.trust_ingress(trusted.source_id)
+
+    reply = _raw_read(bus, trusted, principal)
+
+    assert reply["error"]["code"] == "denied"
+    assert capsule.reads == 0
+
+
+def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
+    FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
+    broker, _ = make_broker(bus)
+    trusted = mcp_participant()
+    broker.trust_ingress(trusted.source_id)
+    reply = _raw_read(bus, trusted, ALICE)
+    assert reply["contents"][0]["text"] == "x"
+    assert reply["kind"] == "resource.read" and reply["req_id"] == "r1"
+
+
+def test_invalid_read_request_gets_invalid_request(bus, make_broker):
+    broker, _ = make_broker(bus)
+    trusted = mcp_participant()
+    broker.trust_ingress(trusted.source_id)
+    with bus.subscribe(trusted, reply_topic("r2"), principal_scope=ALICE) as sub:
+        bus.publish(trusted, READ_TOPIC, json.dumps({"req_id": "r2", "uri": 7}), ALICE)
+        message = sub.recv(5)
+    assert json.loads(message.payload)["error"]["code"] == "invalid_request"
+
+
+def test_over_long_uri_is_an_invalid_request(bus, make_broker):
+    _, client = make_broker(bus, Limits(uri_bytes=64))
+    assert client(ALICE).read_resource("astrid://" + "x" * 100).error.code == "invalid_request"
+
+
+def test_a_broker_failure_is_answered_at_once_not_left_to_time_out(bus, make_broker, monkeypatch):
+    from astrid.host.mcp.frontdoor import BrokerUnavailable
+
+    broker, client = make_broker(bus, timeout_s=5)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(broker, "snapshot", boom)
+    monkeypatch.setattr(broker, "_read", boom)
+    started = time.perf_counter()
+    with pytest.raises(BrokerUnavailable, match="failed to list"):
+        client(ALICE).list_resources()
+    assert client(ALICE).read_resource("astrid://x").error.code == "internal"
+    assert time.perf_counter() - started < 1.0
