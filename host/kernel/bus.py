@@ -186,6 +186,9 @@ class Binding:
     accepts: Callable[[Message], bool] | None = None
     # Capsule calls run on their own worker pool (see kernel.dispatch).
     is_capsule: bool = False
+    # Run in the publisher's thread: for quick, non-blocking host services
+    # (a pool thread could be held by a broker waiting on this very answer).
+    inline: bool = False
 
 
 class Delivery:

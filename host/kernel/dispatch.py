@@ -24,7 +24,10 @@ class PoolDispatcher(Dispatcher):
 
     def dispatch(self, runs: list[tuple[Binding, Message]], delivery: Delivery) -> None:
         for binding, message in runs:
-            pool = self._capsules if getattr(binding, "is_capsule", False) else self._host
+            if binding.inline:
+                self._run(binding, message, delivery)
+                continue
+            pool = self._capsules if binding.is_capsule else self._host
             try:
                 pool.submit(self._run, binding, message, delivery)
             except RuntimeError:  # shutting down

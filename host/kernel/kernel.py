@@ -75,7 +75,7 @@ class Kernel:
             publish=[CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"],
             subscribe=[INVENTORY_REQUEST],
         )
-        self.bus.bind(Binding(self.participant, INVENTORY_REQUEST, self._answer_inventory))
+        self.bus.bind(Binding(self.participant, INVENTORY_REQUEST, self._answer_inventory, inline=True))
 
     # -- lifecycle ---------------------------------------------------------------
 
