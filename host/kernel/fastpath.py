@@ -9,6 +9,7 @@ another thread's case classes and pick the wrong case. This module:
   type object, so a kept type tree costs nothing to walk again;
 - lowers variants with per-type case-class tuples (no shared set);
 - keeps each export function's type on its `Func` (a Func lives in one Store);
+- lowers `list<u8>` from bytes in one pass instead of byte by byte;
 - caches a host import's parameter and result types per (import, component),
   so a component's types are computed once. Keying by component keeps it safe
   even for a component that imports a host function with another signature.
@@ -112,6 +113,29 @@ def _lower(self: Any, store: Any, val: Any) -> tuple[str, Any]:
     raise ValueError("value not valid for this variant")
 
 
+def _list_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
+    """`list<u8>` from bytes in one pass (stock code converts byte by byte)."""
+    if not (type(val) is bytes and self._is_bytes()):
+        return _ORIGINAL_LIST_TO_C(self, store, val, ptr)
+    count = len(val)
+    raw = ffi.wasmtime_component_vallist_t()
+    ffi.wasmtime_component_vallist_new_uninit(raw, count)
+    if count:
+        template = ffi.wasmtime_component_val_t()
+        template.kind = ffi.WASMTIME_COMPONENT_U8
+        template.of.u8 = 0
+        size = ctypes.sizeof(template)
+        image = bytearray(bytes(template) * count)
+        image[_U8_OFFSET::size] = val  # every element's value byte at once
+        ctypes.memmove(raw.data, (ctypes.c_char * len(image)).from_buffer(image), len(image))
+    ptr.contents.kind = ffi.WASMTIME_COMPONENT_LIST
+    ptr.contents.of.list = raw
+    return None
+
+
+_U8_OFFSET = ffi.wasmtime_component_val_t.of.offset + ffi.wasmtime_component_valunion_t.u8.offset
+
+
 def _func_type(self: Any, store: Any) -> Any:
     try:
         return self.__dict__["_astrid_type"]
@@ -164,6 +188,7 @@ def _fast_func_impl(idx, context, ty_raw, args, nargs, results, nresults):  # ty
 
 _ORIGINAL_TAGGED = T.VariantLikeType._tagged
 _ORIGINAL_FUNC_TYPE = _func.Func.type
+_ORIGINAL_LIST_TO_C = T.ListType.convert_to_c
 
 
 def install() -> bool:
@@ -193,6 +218,7 @@ def install() -> bool:
         T.VariantLikeType._tagged = _tagged
         T.VariantLikeType._lower = _lower
         _func.Func.type = _func_type
+        T.ListType.convert_to_c = _list_to_c
         _linker.func_impl = _fast_func_impl  # picked up by LinkerInstance.add_func
         _installed = True
         return True

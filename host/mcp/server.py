@@ -162,9 +162,17 @@ class AstridMcpServer:
 
     async def _call(self, fn: Callable[..., T], *args: Any, uri: str | None = None, **kwargs: Any) -> T:
         data = {"uri": uri} if uri is not None else None
-        await self._ready()
+
+        def when_ready() -> T:
+            # One thread hop per request: waiting for the capsules to load
+            # returns at once after start-up.
+            self.backend.wait_ready(self.ready_timeout_s)
+            return fn(*args, **kwargs)
+
         try:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+            return await anyio.to_thread.run_sync(when_ready)
+        except BackendNotReady as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=f"capsules are not available: {exc}") from None
         except BrokerUnavailable as exc:
             log.warning("broker unavailable: %s", exc)
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc), data=data) from None

@@ -263,3 +263,17 @@ def test_world_outside_a_build_is_a_clear_error():
 
 def test_public_api():
     assert {"Capsule", "NotFound", "Resource", "text", "blob", "Annotations", "Icon"} <= set(astrid_sdk.__all__)
+
+
+def test_spliced_read_json_is_the_same_document_as_the_plain_encoding():
+    from astrid_sdk import _wire
+
+    chunks = [
+        _wire.text('quote " and \\u00e9 \n', mime_type="text/plain", meta={"a": 1}),
+        _wire.blob(bytes(range(256)) * 40, uri="astrid://x/sub"),
+        _wire.blob(b"\x00\x01"),
+    ]
+    spliced = _wire.read_response_json("astrid://x", chunks)
+    assert json.loads(spliced) == json.loads(_wire.dumps(_wire.read_response("astrid://x", chunks)))
+    big = chunks[1].data
+    assert _wire.base64_of(big) is _wire.base64_of(big)  # cached by identity

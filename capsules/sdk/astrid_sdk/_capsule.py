@@ -427,7 +427,6 @@ class Capsule:
                 value = target.handler(ctx, uri)
             chunks = _wire.to_chunks(value, mime_type)
             _wire.check_read_limits(chunks)
-            reply = _wire.read_response(uri, chunks)
         except NotFound:
             return "continue", "not found"
         except DefinitionError as exc:
@@ -437,7 +436,7 @@ class Capsule:
             name = getattr(target.handler, "__name__", "handler")
             return self._fail(host, topic, uri, f"handler {name} raised {_describe_exception(exc)}")
         try:
-            body = dumps(reply)
+            body = _wire.read_response_json(uri, chunks)
         except (TypeError, ValueError) as exc:
             return self._fail(host, topic, uri, f"cannot encode the reply: {exc}")
         size = _wire.utf8_len(body)

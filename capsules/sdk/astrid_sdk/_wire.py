@@ -249,17 +249,54 @@ class Chunk:
     def raw_size(self) -> int:
         return utf8_len(self.data) if self.kind == "text" else len(self.data)
 
-    def to_wire(self, default_uri: str) -> dict:
+    def head(self, default_uri: str) -> dict:
+        """The chunk's JSON fields except its payload (`text` or `blob`)."""
         wire: dict = {"type": self.kind, "uri": self.uri if self.uri is not None else default_uri}
         if self.mime_type is not None:
             wire["mime_type"] = self.mime_type
-        if self.kind == "text":
-            wire["text"] = self.data
-        else:
-            wire["blob"] = base64.b64encode(self.data).decode("ascii")
         if self.meta is not None:
             wire["meta"] = self.meta
         return wire
+
+    def to_wire(self, default_uri: str) -> dict:
+        wire = self.head(default_uri)
+        if self.kind == "text":
+            wire["text"] = self.data
+        else:
+            wire["blob"] = base64_of(self.data)
+        return wire
+
+    def to_json(self, default_uri: str) -> str:
+        """The chunk as JSON text, built without re-scanning a large blob.
+
+        Base64 needs no JSON escaping, so a blob's text is spliced in as is:
+        in the guest, encoding it through `json.dumps` costs more than the
+        base64 itself.
+        """
+        head = dumps(self.head(default_uri))[:-1]
+        if self.kind == "text":
+            return head + ',"text":' + dumps(self.data) + "}"
+        return head + ',"blob":"' + base64_of(self.data) + '"}'
+
+
+# id(data) -> (data, base64). Holding `data` keeps its id from being reused, so
+# an identity hit is exact. Handlers that return the same bytes object (a
+# bundled asset) pay for base64 once per instance.
+_BASE64_CACHE: dict[int, tuple[bytes, str]] = {}
+_BASE64_CACHE_ENTRIES = 16
+_BASE64_CACHE_MIN_BYTES = 4096
+
+
+def base64_of(data: bytes) -> str:
+    hit = _BASE64_CACHE.get(id(data))
+    if hit is not None and hit[0] is data:
+        return hit[1]
+    encoded = base64.b64encode(data).decode("ascii")
+    if len(data) >= _BASE64_CACHE_MIN_BYTES and type(data) is bytes:
+        if len(_BASE64_CACHE) >= _BASE64_CACHE_ENTRIES:
+            _BASE64_CACHE.pop(next(iter(_BASE64_CACHE)))
+        _BASE64_CACHE[id(data)] = (data, encoded)
+    return encoded
 
 
 def text(value: str, *, uri=None, mime_type=None, meta=None) -> Chunk:
@@ -323,6 +360,11 @@ def read_response(uri: str, chunks=None, error=None) -> dict:
     if error is not None:
         wire["error"] = error
     return wire
+
+
+def read_response_json(uri: str, chunks) -> str:
+    """A successful `read-response` as JSON text (same bytes as `dumps(read_response(...))`)."""
+    return '{"uri":' + dumps(uri) + ',"contents":[' + ",".join(c.to_json(uri) for c in chunks) + "]}"
 
 
 def describe_response(resources) -> dict:

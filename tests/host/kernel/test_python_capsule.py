@@ -54,6 +54,13 @@ def test_python_capsule_reads_get_caller_and_replies_with_the_right_envelope(pyp
     assert reply.source_id == capsule.source_id and reply.principal == ALICE
 
 
+def test_hook_payload_bytes_arrive_intact(pyprobe_kernel) -> None:
+    # list<u8> is lowered by the fast path in one pass: every byte must survive.
+    request = {"text": "é✓ \u0000 \x7f" + "".join(chr(n) for n in range(32, 0x250)), "big": "y" * 70_000}
+    body = json.loads(call(pyprobe_kernel, "whoami", payload=json.dumps(request, ensure_ascii=False)).payload)
+    assert body["request"] == request
+
+
 def test_claimed_principal_is_visible_as_claimed(pyprobe_kernel) -> None:
     body = json.loads(call(pyprobe_kernel, "whoami", Principal.claimed("mallory")).payload)
     assert (body["principal"], body["attribution"]) == ("mallory", "claimed")
