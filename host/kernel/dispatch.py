@@ -33,6 +33,13 @@ class PoolDispatcher(Dispatcher):
             except RuntimeError:  # shutting down
                 delivery._done_one()
 
+    def background(self, task, *args) -> None:
+        """Run `task(*args)` on the capsule pool (start-up work such as prewarming)."""
+        try:
+            self._capsules.submit(task, *args)
+        except RuntimeError:  # shutting down
+            pass
+
     @staticmethod
     def _run(binding: Binding, message: Message, delivery: Delivery) -> None:
         try:

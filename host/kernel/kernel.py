@@ -91,11 +91,19 @@ class Kernel:
         return host_participant(name, f"{name}-{uuid.uuid4().hex}", publish, subscribe)
 
     def watch_principal(self, name: str) -> Principal:
-        """Announce capsule-set changes to `name` (as verified) from now on."""
+        """Announce capsule-set changes to `name` (as verified) from now on,
+        and keep its sandboxes instantiated ahead of its first request."""
         principal = Principal.verified(name)
         with self._lock:
             self.principals.add(principal)
+            installed = list(self.capsules.values())
+        self._prewarm(installed, [principal])
         return principal
+
+    def _prewarm(self, installed: list[tuple[LoadedCapsule, Participant]], principals: list[Principal]) -> None:
+        for capsule, participant in installed:
+            for principal in principals:
+                self.dispatcher.background(self.sandboxes.prewarm, capsule, participant, principal)
 
     # -- loading -----------------------------------------------------------------
 
@@ -118,6 +126,9 @@ class Kernel:
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
+            fresh = [entry for entry in self.capsules.values() if self.sandboxes.live_instances(entry[0].source_id) == 0]
+            principals = sorted(self.principals, key=str)
+        self._prewarm(fresh, principals)
         if changed:
             self.announce()
         return report

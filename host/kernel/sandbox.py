@@ -168,6 +168,24 @@ class SandboxPool:
         with self._lock:
             return self.stats.by_capsule.setdefault(capsule_name, CapsuleHealth())
 
+    def prewarm(self, capsule: LoadedCapsule, participant: Participant, principal: Principal) -> bool:
+        """Instantiate the (capsule, principal) sandbox ahead of its first message.
+
+        Only instantiates: no guest code beyond the component's start-up runs
+        outside a delivered message. False when instantiation failed.
+        """
+        instance = self._instance_for(capsule, participant, principal)
+        with instance.lock:
+            if instance.dead or instance.hook is not None:
+                return not instance.dead
+            try:
+                self._instantiate(instance)
+                return True
+            except Exception as exc:  # reported like a failed call: the next message retries
+                log.warning("capsule %s (%s) failed to instantiate: %s", capsule.name, principal, trap_reason(exc))
+                self._discard(instance)
+                return False
+
     # -- calls -----------------------------------------------------------------
 
     def invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:

@@ -114,3 +114,18 @@ def test_the_wasmtime_fast_path_is_active() -> None:
 
     assert fastpath.install()
     assert _linker.func_impl is fastpath._fast_func_impl
+
+
+def test_watched_principals_get_their_sandboxes_prewarmed(make_probe, kernel_factory) -> None:
+    import time as clock
+
+    kernel = kernel_factory([make_probe()])
+    kernel.watch_principal("alice")
+    deadline = clock.monotonic() + 5
+    while kernel.sandboxes.live_instances() == 0 and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    assert kernel.sandboxes.live_instances() == 1
+    created = kernel.sandboxes.stats.instances_created
+    client = client_for(kernel)
+    assert whoami_works(kernel, client)  # served by the prewarmed instance
+    assert kernel.sandboxes.stats.instances_created == created
