@@ -251,7 +251,11 @@ class Broker:
             return ReadOutcome.fail("invalid_request", f"the uri is longer than {self.limits.uri_bytes} bytes")
 
         snapshot = self.cache.get(principal)
-        preferred = snapshot.owner_of(uri) if snapshot is not None else None
+        if snapshot is None:
+            # The principal's first read: learn who lists what first, so a
+            # listed URI is served by its listed owner and nobody else.
+            snapshot = self.snapshot(principal)
+        preferred = snapshot.owner_of(uri)
         outcome, status = self._read_once(principal, uri, preferred)
         if status != "no_reply":
             return outcome
@@ -274,7 +278,7 @@ class Broker:
         )
 
     def _read_once(self, principal: Principal, uri: str, preferred: str | None) -> tuple[ReadOutcome, str]:
-        """One read broadcast: ("reply" | "no_reply" | "timeout", outcome)."""
+        """One read broadcast: (outcome, "reply" | "no_reply" | "timeout" | "refused")."""
         correlation = uuid.uuid4().hex
         request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
         window = self.limits.read_window_s
@@ -314,16 +318,29 @@ class Broker:
                     ended = True
             finished = delivery.finished
 
-        if replies:
-            source = preferred if preferred in replies else min(replies)
-            if preferred is not None and source != preferred:
-                log.warning(
-                    "read of %s for %s: the listed owner %s did not answer; serving the reply of %s",
-                    uri,
-                    principal,
-                    preferred,
-                    source,
+        if preferred is not None and preferred in replies:
+            return check_read_reply(replies[preferred].payload, uri, preferred, self.limits), "reply"
+        if preferred is not None and replies:
+            # A listed URI is served by its listed owner only: another
+            # capsule's answer (it saw the broadcast) is never a substitute.
+            log.warning(
+                "read of %s for %s: the listed owner %s did not answer; replies of %s refused",
+                uri,
+                principal,
+                preferred,
+                ", ".join(sorted(replies)),
+            )
+            if finished:
+                failure = ReadOutcome.fail(
+                    "capsule_error", f"the capsule that lists {uri} ({preferred}) finished without answering", preferred
                 )
+            else:
+                failure = ReadOutcome.fail(
+                    "timeout", f"the capsule that lists {uri} ({preferred}) did not answer within {window:g} s", preferred
+                )
+            return failure, "refused"
+        if replies:  # an unlisted URI (a family member): the first reply served it
+            source = next(iter(replies))
             return check_read_reply(replies[source].payload, uri, source, self.limits), "reply"
         if finished:
             return ReadOutcome.fail("not_found", f"no capsule serves {uri}"), "no_reply"

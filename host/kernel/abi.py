@@ -31,6 +31,7 @@ MAX_SUBSCRIPTIONS = 128
 POLL_BATCH = 256
 RECV_CAP_S = 60.0
 PUBLISHES_PER_CALL = 256
+PUBLISH_BYTES_PER_CALL = 8 << 20  # what one call may put in subscriber queues
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
@@ -116,7 +117,8 @@ class HostAbi:
             call = instance.current
             if call is not None:
                 call.publishes += 1
-                if call.publishes > PUBLISHES_PER_CALL:
+                call.published_bytes += len(payload)
+                if call.publishes > PUBLISHES_PER_CALL or call.published_bytes > PUBLISH_BYTES_PER_CALL:
                     return error("rate-limited")
             principal = call.message.principal if call is not None else instance.principal
             self.bus.publish(instance.capsule_participant, topic, payload, principal)

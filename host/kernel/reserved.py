@@ -2,9 +2,10 @@
 
 The front doors, their replies and kernel events are host-only: a capsule can
 never publish on `astrid.v1.*` (except the kernel's inventory request) and
-can never subscribe to replies meant for host participants (except the
-inventory replies). This closes the confused-deputy path through the bus even
-for a manifest that grants `*`-wide ACLs.
+can never subscribe under `astrid.v1.*` (front-door requests and replies are
+host traffic) except to the capsule-set event and the inventory replies. This
+closes the confused-deputy and eavesdropping paths through the bus even for a
+manifest that grants `*`-wide ACLs.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from astrid.host.kernel.bus import Participant
 
 HOST_NAMESPACE = "astrid.v1."
-HOST_REPLIES = "astrid.v1.response."
 CAPSULE_MAY_PUBLISH = frozenset({"astrid.v1.request.capsules"})
+CAPSULE_MAY_SUBSCRIBE = frozenset({"astrid.v1.capsules_loaded"})
 CAPSULE_MAY_SUBSCRIBE_UNDER = "astrid.v1.response.capsules."
 
 
@@ -37,6 +38,8 @@ class CapsuleParticipant(Participant):
         return super().may_publish(topic)
 
     def may_subscribe(self, pattern: str) -> bool:
-        if _may_reach(pattern, HOST_REPLIES) and not pattern.startswith(CAPSULE_MAY_SUBSCRIBE_UNDER):
+        if _may_reach(pattern, HOST_NAMESPACE) and not (
+            pattern in CAPSULE_MAY_SUBSCRIBE or pattern.startswith(CAPSULE_MAY_SUBSCRIBE_UNDER)
+        ):
             return False
         return super().may_subscribe(pattern)

@@ -38,6 +38,7 @@ class CallContext:
     message: Message
     deadline: float
     publishes: int = 0
+    published_bytes: int = 0
 
 
 class Instance:

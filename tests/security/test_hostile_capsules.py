@@ -145,19 +145,12 @@ def test_the_host_reserved_topics_hold_whatever_the_manifest_grants(serve, bundl
         attempts = report(served, "reserved")
         leaked = [m for m in host_topics.poll(10_000) if m.source_id == served.source_id("reserved")]
     for phase in ("describe", "read"):
-        # (subscribing to the front-door *requests* is the xfail test below)
-        denied = {k: v for k, v in attempts[phase].items() if k != "subscribe-frontdoor-requests"}
-        assert set(denied.values()) == {"CapabilityDenied"}, attempts[phase]
-        assert len(denied) == 6
+        assert set(attempts[phase].values()) == {"CapabilityDenied"}, attempts[phase]
+        assert len(attempts[phase]) == 7
     assert leaked == []
     assert_bundled_serve(served)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing defence: a capsule may subscribe to `astrid.v1.request.*` (only `astrid.v1.response.*` is "
-    "reserved), keep the subscription across calls and watch which URIs its principal reads from other capsules",
-)
 def test_a_capsule_cannot_watch_the_front_door_requests(serve, bundled, hostile_dir):
     served = serve(*bundled, hostile_dir("watcher", "watcher"))
     served.uris()  # the watcher subscribes while it handles describe
@@ -205,11 +198,6 @@ def test_a_publish_flood_is_cut_at_the_per_call_budget(serve, bundled, hostile_d
     assert_bundled_serve(served, "bob")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing defence: no budget on the bytes a capsule may publish per call; 256 messages of "
-    "1 MiB each (~256 MiB held by the host in subscriber queues) pass the per-call count limit",
-)
 def test_the_bytes_a_capsule_publishes_per_call_are_bounded(serve, bundled, hostile_dir):
     served = serve(*bundled, hostile_dir("bigflood", "bigflood"))
     kernel = served.kernel
@@ -320,12 +308,6 @@ def test_a_forged_read_reply_loses_to_the_listed_owner(serve, bundled, hostile_d
     assert_bundled_serve(served)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing defence: with no describe snapshot for the principal yet (its first read), the broker "
-    "serves the first reply from any capsule, so a capsule that answers every read broadcast at once "
-    "serves forged content for a URI another capsule lists",
-)
 def test_a_forged_read_reply_loses_even_on_a_principals_first_read(serve, bundled, hostile_dir):
     served = serve(*bundled, hostile_dir("forger", "forge"), hostile_dir("victim", "slow", ms=300))
     # each of these principals reads before it ever listed
@@ -333,11 +315,6 @@ def test_a_forged_read_reply_loses_even_on_a_principals_first_read(serve, bundle
     assert texts == {"carol": "slow but here", "dave": "slow but here"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing defence: when the listed owner of a URI does not answer in the read window, the broker "
-    "serves another capsule's (forged) reply instead of failing the read",
-)
 def test_a_forged_read_reply_is_not_served_when_the_owner_misses_the_window(serve, bundled, hostile_dir):
     served = serve(
         *bundled, hostile_dir("forger", "forge"), hostile_dir("victim", "slow", ms=900), limits=Limits(read_window_s=0.5)

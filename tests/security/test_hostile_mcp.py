@@ -81,13 +81,13 @@ async def test_a_zoo_of_hostile_capsules_behind_a_real_mcp_client(bundled, hosti
 
 
 async def test_forged_read_replies_lose_to_the_listed_owners_behind_a_real_client(bundled, hostile_wasm, tmp_path):
-    # (the forger does win a principal's very first read and a read whose owner fails:
-    # see the xfail tests in test_hostile_capsules.py)
     caps = tmp_path / "caps"
     folders = [make_hostile(caps, "forger", "forge", hostile_wasm), make_hostile(caps, "victim", "slow", hostile_wasm, ms=300)]
     home = tmp_path / "home"
     home.mkdir()
     async with mcp_session(*bundled, *folders, home=home, stderr_path=tmp_path / "stderr.log") as served:
+        # a read before any list: the broker learns the owners first
+        assert await served.text("astrid://victim/slow") == "slow but here"
         assert BUNDLED_URIS | {"astrid://victim/slow"} <= set(await served.uris())
         assert await served.text("astrid://victim/slow") == "slow but here"
         for uri in ("astrid://docs/index", "astrid://docs/tour", "astrid://whoami", "astrid://capsules"):

@@ -101,6 +101,8 @@ def test_host_reserved_topics_stay_closed_to_capsules_whatever_the_manifest(make
     assert not wide.may_subscribe("astrid.*")
     assert not wide.may_subscribe("astrid.v1.response.*")
     assert not wide.may_subscribe("astrid.v1.response.r1")
+    assert not wide.may_subscribe("astrid.v1.request.*")
+    assert not wide.may_subscribe("astrid.v1.request.mcp.resource.read")
     assert wide.may_subscribe("astrid.v1.response.capsules.*")
     assert wide.may_subscribe("astrid.v1.capsules_loaded")
     assert wide.may_subscribe("a.b")
