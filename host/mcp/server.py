@@ -31,7 +31,6 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -41,6 +40,7 @@ from astrid.host.kernel.bus import Subscription
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.mcp.frontdoor import BrokerUnavailable
 from astrid.host.mcp.reshape import read_error, to_contents, to_resource
+from astrid.host.mcp.stdio import screened_stdio_server
 
 log = logging.getLogger("astrid.host.mcp")
 
@@ -129,7 +129,7 @@ class AstridMcpServer:
         await self.server.run(read_stream, write_stream, self.initialization_options())
 
     async def run_stdio(self) -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with screened_stdio_server() as (read_stream, write_stream):
             await self.run(read_stream, write_stream)
 
     @asynccontextmanager
