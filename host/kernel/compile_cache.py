@@ -1,8 +1,9 @@
 """Compiled components cached on disk, keyed by content hash.
 
-Key: sha256(wasm bytes + engine key). An entry that fails to deserialize
-(corrupt, truncated, from another wasmtime) is deleted and recompiled, never
-trusted. Large components are compiled in a child process: an in-process
+Key: sha256(wasm bytes + engine key). An entry runs only if its seal (an
+HMAC by this user's host, see cache_seal) matches its bytes; an entry that is
+unsealed, altered or fails to deserialize (corrupt, truncated, from another
+wasmtime) is deleted and recompiled, never trusted. Large components are compiled in a child process: an in-process
 compile of a Python capsule leaves ~300 MB of RSS behind for good.
 """
 
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ import platformdirs
 import wasmtime
 from wasmtime.component import Component
 
+from astrid.host.kernel.cache_seal import CacheSeal
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ class CompileCache:
     def __init__(self, directory: Path | None = None, engine: WasmEngine | None = None) -> None:
         self.directory = Path(directory) if directory else default_cache_dir()
         self.wasm_engine = engine or shared_engine()
+        self.seal = shared_seal()
 
     def entry_path(self, wasm: bytes) -> Path:
         return self.directory / f"{cache_key(wasm)}.cwasm"
@@ -66,13 +70,13 @@ class CompileCache:
         wasm = Path(wasm_path).read_bytes()
         wasm_sha = hashlib.sha256(wasm).hexdigest()
         entry = self.entry_path(wasm)
-        if entry.exists():
+        if self._trusted(entry):
             try:
                 component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
                 return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
             except wasmtime.WasmtimeError as exc:
                 log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, _last_line(exc))
-                entry.unlink(missing_ok=True)
+                self.seal.discard(entry)
         component = self._compile_and_store(wasm, entry)
         return LoadedComponent(component, wasm_sha, False, time.perf_counter() - started)
 
@@ -80,18 +84,29 @@ class CompileCache:
         """Make sure the cache holds `wasm_path`; the entry's path, or None if unwritable."""
         wasm = Path(wasm_path).read_bytes()
         entry = self.entry_path(wasm)
-        if not entry.exists():
+        if not self._trusted(entry):
             self._compile_and_store(wasm, entry)
         return entry if entry.exists() else None
+
+    def _trusted(self, entry: Path) -> bool:
+        """Does `entry` exist with a valid seal? An unsealed or altered one is removed."""
+        if not entry.exists():
+            return False
+        if self.seal.verify(entry):
+            return True
+        log.warning("compile cache entry %s is unsealed or altered; recompiling", entry.name)
+        self.seal.discard(entry)
+        return False
 
     def _compile_and_store(self, wasm: bytes, entry: Path) -> Component:
         engine = self.wasm_engine.engine
         if len(wasm) > IN_PROCESS_COMPILE_MAX_BYTES and self._compile_in_child(wasm, entry):
+            self.seal.sign(entry)
             try:
                 return Component.deserialize_file(engine, str(entry))
             except wasmtime.WasmtimeError as exc:
                 log.warning("freshly compiled %s is unusable (%s); compiling in process", entry.name, _last_line(exc))
-                entry.unlink(missing_ok=True)
+                self.seal.discard(entry)
         component = Component(engine, wasm)
         self._store(entry, component.serialize())
         return component
@@ -122,8 +137,22 @@ class CompileCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomically(entry, data)
+            self.seal.sign(entry)
         except OSError as exc:
             log.warning("cannot write the compile cache at %s (%s); serving from memory", self.directory, exc)
+
+
+_seal: CacheSeal | None = None
+_seal_lock = threading.Lock()
+
+
+def shared_seal() -> CacheSeal:
+    """One seal (one key read) per process."""
+    global _seal
+    with _seal_lock:
+        if _seal is None:
+            _seal = CacheSeal()
+        return _seal
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -96,14 +96,9 @@ async def test_a_corrupt_compile_cache_entry_is_recompiled(bundled, tmp_path):
             assert (await served.text("astrid://docs/index")).startswith("# ")
     assert entry.stat().st_size > 1 << 20  # rewritten with a real compiled component
     log = served.log()
-    assert "unusable" in log and not TRACEBACK.search(log), log
+    assert "recompiling" in log and not TRACEBACK.search(log), log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing defence: a compile-cache entry that still deserializes is trusted as is; a corrupted "
-    "(bit-changed) .cwasm is run without any integrity check (no digest of the entry is kept)",
-)
 def test_a_tampered_compile_cache_entry_is_never_run(serve, bundled, tmp_path, monkeypatch):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()

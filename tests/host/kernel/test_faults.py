@@ -87,3 +87,18 @@ def test_unknown_topics_reach_no_capsule(make_probe, kernel_factory, payload) ->
     kernel = kernel_factory([make_probe()])
     client = kernel.attach_host("c", publish=["nobody.*"])
     assert kernel.bus.publish(client, "nobody.home", payload, ALICE).receivers == 0
+
+
+def test_an_altered_cache_entry_that_still_deserializes_is_never_run(make_probe, tmp_path) -> None:
+    cache = CompileCache(tmp_path / "cache")
+    folder = make_probe()
+    load_capsule(folder, cache)
+    [entry] = list((tmp_path / "cache").glob("*.cwasm"))
+    data = bytearray(entry.read_bytes())
+    marker = data.find(b"test.whoami")  # a string in the guest's data segment
+    assert marker > 0
+    data[marker : marker + 4] = b"TEST"
+    entry.write_bytes(bytes(data))
+    again = load_capsule(folder, CompileCache(tmp_path / "cache"))
+    assert not again.from_cache  # the seal did not match: recompiled
+    assert b"TEST.whoami" not in entry.read_bytes()
