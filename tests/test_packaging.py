@@ -20,3 +20,24 @@ def test_every_package_folder_is_in_pyproject() -> None:
                 continue  # guest code, shipped as package data
             found.add(".".join([name, *relative.parts]))
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_the_wheel_ships_the_wit_contract_the_sdk_and_the_templates(tmp_path) -> None:
+    # An installed astrid builds capsules without the source tree.
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = tmp_path.glob("astrid_py-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wit = {str(p.relative_to(REPO / "wit")) for p in (REPO / "wit").rglob("*.wit")}
+    assert {f"astrid/wit/{w}" for w in wit} <= names
+    assert "astrid/capsules/sdk/astrid_sdk/__init__.py" in names
+    assert "astrid/capsules/templates/app.py.tmpl" in names
+    assert {"astrid/capsules/docs/Capsule.toml", "astrid/capsules/docs/assets/logo.png"} <= names
+    assert "astrid/host/kernel/kernel.py" in names and "astrid/cli/main.py" in names
