@@ -66,3 +66,51 @@ def test_manifest_parsing_gives_a_manifest_or_a_manifest_error(raw) -> None:
         assert isinstance(parse_manifest(raw), Manifest)
     except ManifestError as exc:
         assert str(exc).startswith("Capsule.toml: ") and "\n" not in str(exc)
+
+
+meta_texts = st.one_of(
+    st.none(),
+    st.text(max_size=40),
+    st.dictionaries(st.text(max_size=30), json_values, max_size=5).map(json.dumps),
+    st.sampled_from(['{"io.modelcontextprotocol/x": 1, "com.example/y": 2}', '{"mcp.dev/z": 1}', "[]", "null"]),
+)
+definitions = st.builds(
+    dict,
+    uri=st.text(min_size=1, max_size=60),
+    name=st.text(max_size=20),
+    title=st.none() | st.text(max_size=30),
+    mime_type=st.none() | st.text(max_size=20),
+    size=st.none() | st.integers(min_value=0, max_value=2**32 - 1),
+    annotations=st.none()
+    | st.builds(
+        dict,
+        audience=st.lists(st.sampled_from(["user", "assistant"]), max_size=2),
+        priority=st.none() | st.floats(allow_nan=True, allow_infinity=True, width=32),
+        last_modified=st.none() | st.text(max_size=30) | st.sampled_from(["2026-01-01T00:00:00Z", "2026-13-45"]),
+    ),
+    icons=st.lists(st.builds(dict, src=st.text(max_size=20), sizes=st.lists(st.text(max_size=5), max_size=2)), max_size=3),
+    meta=meta_texts,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(definitions)
+def test_mcp_reshape_gives_a_valid_resource_or_drops_the_entry(raw) -> None:
+    import mcp.types as types
+
+    from astrid.host.mcp.reshape import to_resource
+
+    try:
+        definition = ResourceDefinition.model_validate(raw)
+    except ValidationError:
+        return
+    resource = to_resource(definition)
+    if resource is None:
+        return
+    assert isinstance(resource, types.Resource)
+    wire = resource.model_dump(by_alias=True, mode="json", exclude_none=True)
+    types.Resource.model_validate(wire)  # survives the SDK's own validation
+    if resource.annotations is not None and resource.annotations.priority is not None:
+        assert 0.0 <= resource.annotations.priority <= 1.0
+    meta = wire.get("_meta") or {}
+    assert not any(key.split("/")[0].split(".")[1:2] in (["mcp"], ["modelcontextprotocol"]) for key in meta)
