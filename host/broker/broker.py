@@ -110,8 +110,11 @@ class Broker:
         if self._started:
             return self
         me = self.participant
-        self.bus.bind(Binding(me, LIST_TOPIC, self._guard(self._on_list)))
-        self.bus.bind(Binding(me, READ_TOPIC, self._guard(self._on_read)))
+        # The front doors run in the requester's thread (it only waits for the
+        # answer anyway): two thread switches fewer per request. Capsules can
+        # never publish on them, so only host participants lend their threads.
+        self.bus.bind(Binding(me, LIST_TOPIC, self._guard(self._on_list), inline=True))
+        self.bus.bind(Binding(me, READ_TOPIC, self._guard(self._on_read), inline=True))
         self.bus.bind(Binding(me, CAPSULES_LOADED_TOPIC, self._guard(self._on_capsules_loaded)))
         self._started = True
         return self
