@@ -115,7 +115,8 @@ class Broker:
         # never publish on them, so only host participants lend their threads.
         self.bus.bind(Binding(me, LIST_TOPIC, self._guard(self._on_list), inline=True))
         self.bus.bind(Binding(me, READ_TOPIC, self._guard(self._on_read), inline=True))
-        self.bus.bind(Binding(me, CAPSULES_LOADED_TOPIC, self._guard(self._on_capsules_loaded)))
+        # Invalidation is quick and must land before anyone lists again.
+        self.bus.bind(Binding(me, CAPSULES_LOADED_TOPIC, self._guard(self._on_capsules_loaded), inline=True))
         self._started = True
         return self
 
