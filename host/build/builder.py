@@ -227,7 +227,7 @@ def _precompile(target: Path, progress: Progress | None) -> Path | None:
 
     cache = CompileCache()
     try:
-        if cache.entry_path(target.read_bytes()).exists():
+        if cache.entry_for(target).exists():
             return cache.precompile(target)
         return _with_ticks("compile", lambda: cache.precompile(target), progress)
     except Exception as exc:  # noqa: BLE001 - the build itself succeeded

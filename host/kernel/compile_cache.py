@@ -40,11 +40,9 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("astrid")) / "components"
 
 
-def cache_key(wasm: bytes) -> str:
-    digest = hashlib.sha256()
-    digest.update(wasm)
-    digest.update(b"\0" + engine_key().encode())
-    return digest.hexdigest()
+def cache_key(wasm_sha256: str) -> str:
+    """The entry name: the wasm's digest combined with the engine key."""
+    return hashlib.sha256(f"{wasm_sha256}\0{engine_key()}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -61,15 +59,19 @@ class CompileCache:
         self.wasm_engine = engine or shared_engine()
         self.seal = shared_seal()
 
-    def entry_path(self, wasm: bytes) -> Path:
-        return self.directory / f"{cache_key(wasm)}.cwasm"
+    def entry_path(self, wasm_sha256: str) -> Path:
+        return self.directory / f"{cache_key(wasm_sha256)}.cwasm"
+
+    def entry_for(self, wasm_path: Path) -> Path:
+        """Where the compiled form of the component at `wasm_path` is cached."""
+        return self.entry_path(hashlib.sha256(Path(wasm_path).read_bytes()).hexdigest())
 
     def load(self, wasm_path: Path) -> LoadedComponent:
         """The component for `wasm_path`, from the cache when possible."""
         started = time.perf_counter()
         wasm = Path(wasm_path).read_bytes()
         wasm_sha = hashlib.sha256(wasm).hexdigest()
-        entry = self.entry_path(wasm)
+        entry = self.entry_path(wasm_sha)
         if self._trusted(entry):
             try:
                 component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
@@ -83,7 +85,7 @@ class CompileCache:
     def precompile(self, wasm_path: Path) -> Path | None:
         """Make sure the cache holds `wasm_path`; the entry's path, or None if unwritable."""
         wasm = Path(wasm_path).read_bytes()
-        entry = self.entry_path(wasm)
+        entry = self.entry_path(hashlib.sha256(wasm).hexdigest())
         if not self._trusted(entry):
             self._compile_and_store(wasm, entry)
         return entry if entry.exists() else None

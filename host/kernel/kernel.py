@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
+from astrid.host.kernel.manifest import MANIFEST_NAME
 from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
@@ -33,6 +35,7 @@ from astrid.host.topics import is_clean_segment
 log = logging.getLogger(__name__)
 
 INVENTORY_REQUEST = "astrid.v1.request.capsules"
+LOAD_WORKERS = 4
 INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
 
 
@@ -67,6 +70,8 @@ class Kernel:
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         self.capsules: dict[Path, tuple[LoadedCapsule, Participant]] = {}
         self.load_report: list[LoadResult] = []
+        self._results: dict[Path, LoadResult] = {}
+        self._fingerprints: dict[Path, tuple] = {}
         self.principals: set[Principal] = set()
         self._lock = threading.RLock()
         self.participant = host_participant(
@@ -110,19 +115,26 @@ class Kernel:
     def reload(self) -> list[LoadResult]:
         """Rescan the capsule paths; load new or rebuilt capsules, unload removed ones.
 
-        Publishes `astrid.v1.capsules_loaded` for every watched principal when
-        the set changed.
+        A capsule whose manifest and component are untouched (same size,
+        mtime and inode) is kept as is; the others load in parallel (hashing
+        and reading release the GIL). Publishes `astrid.v1.capsules_loaded`
+        for every watched principal when the set changed.
         """
         with self._lock:
             folders = discover_capsules(self.config.capsule_paths)
-            report: list[LoadResult] = []
             changed = False
             for folder in list(self.capsules):
                 if folder not in folders:
                     self._unload(folder)
                     changed = True
+            kept = {f: self._results[f] for f in folders if f in self.capsules and self._unchanged(f)}
+            loads = self._load_all([f for f in folders if f not in kept])
+            report: list[LoadResult] = []
             for folder in folders:
-                result, did_change = self._load_or_keep(folder)
+                if folder in kept:
+                    report.append(kept[folder])
+                    continue
+                result, did_change = self._apply(folder, loads[folder])
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
@@ -133,16 +145,33 @@ class Kernel:
             self.announce()
         return report
 
-    def _load_or_keep(self, folder: Path) -> tuple[LoadResult, bool]:
+    def _load_all(self, folders: list[Path]) -> dict[Path, LoadedCapsule | CapsuleLoadError]:
+        def load(folder: Path) -> LoadedCapsule | CapsuleLoadError:
+            try:
+                return load_capsule(folder, self.cache)
+            except CapsuleLoadError as exc:
+                return exc
+
+        if len(folders) <= 1:
+            return {folder: load(folder) for folder in folders}
+        with ThreadPoolExecutor(min(LOAD_WORKERS, len(folders)), thread_name_prefix="astrid-load") as pool:
+            return dict(zip(folders, pool.map(load, folders)))
+
+    def _unchanged(self, folder: Path) -> bool:
+        capsule, _ = self.capsules[folder]
+        return self._fingerprints.get(folder) == _fingerprint(folder, capsule.wasm_path)
+
+    def _apply(self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError) -> tuple[LoadResult, bool]:
         current = self.capsules.get(folder)
-        try:
-            capsule = load_capsule(folder, self.cache)
-        except CapsuleLoadError as exc:
-            log.error("capsule %s not loaded: %s", folder.name, exc)
+        if isinstance(loaded, CapsuleLoadError):
+            log.error("capsule %s not loaded: %s", folder.name, loaded)
             if current is not None:  # keep serving nothing stale: unload the old build
                 self._unload(folder)
-            return LoadResult(folder, folder.name, False, str(exc)), current is not None
+            return LoadResult(folder, folder.name, False, str(loaded)), current is not None
+        capsule = loaded
         result = LoadResult(folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache)
+        self._results[folder] = result
+        self._fingerprints[folder] = _fingerprint(folder, capsule.wasm_path)
         if current is not None and current[0].source_id == capsule.source_id and current[0].manifest == capsule.manifest:
             return result, False
         if current is not None:
@@ -187,6 +216,8 @@ class Kernel:
 
     def _unload(self, folder: Path) -> None:
         capsule, _ = self.capsules.pop(folder)
+        self._fingerprints.pop(folder, None)
+        self._results.pop(folder, None)
         self.bus.unbind_owner(capsule.source_id)
         self.sandboxes.drop_capsule(capsule.source_id)
         log.info("unloaded capsule %s (%s)", capsule.name, capsule.source_id)
@@ -235,6 +266,18 @@ class Kernel:
             "limits": asdict(self.limits),
         }
         self.bus.publish(self.participant, INVENTORY_REPLY_PREFIX + correlation, json.dumps(reply), message.principal)
+
+
+def _fingerprint(folder: Path, wasm_path: Path) -> tuple:
+    """What a rebuild or an edit changes: size, mtime and inode of the manifest and the component."""
+    marks = []
+    for path in (folder / MANIFEST_NAME, wasm_path):
+        try:
+            stat = path.stat()
+            marks.append((stat.st_size, stat.st_mtime_ns, stat.st_ino))
+        except OSError:
+            marks.append(None)
+    return tuple(marks)
 
 
 def _astrid_version() -> str:

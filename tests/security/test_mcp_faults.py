@@ -79,7 +79,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
 
 def _docs_entry(bundled: list[Path], cache_dir: Path) -> Path:
     cache = CompileCache(cache_dir)
-    return cache.entry_path((bundled[0] / "docs.wasm").read_bytes())
+    return cache.entry_for(bundled[0] / "docs.wasm")
 
 
 @pytest.mark.anyio
