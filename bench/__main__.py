@@ -54,7 +54,7 @@ def prepare_capsules(root: Path, count: int) -> Path:
 def run() -> dict:
     log("building the bench capsule ...")
     subprocess.run([astrid_exe(), "capsule", "build", str(HERE / "capsule")], check=True)
-    results: dict = {"rounds": ROUNDS, "counts": COUNTS, "astrid": {}, "baseline": {}, "ratios": {}}
+    results: dict = {"rounds": ROUNDS, "counts": COUNTS, "astrid": {}, "baseline": {}, "ratios": {}, "fanout": {}}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for count in COUNTS:
@@ -70,7 +70,7 @@ def run() -> dict:
                 entry = {
                     "resources": timings.resources,
                     "list_warm": summary(timings.list_warm),
-                    "list_cold": summary(colds),
+                    "list_first": summary(colds),
                     "read_text": summary(timings.read_text),
                     "read_blob": summary(timings.read_blob),
                     "startup_warm_cache": summary(warm_starts),
@@ -79,6 +79,10 @@ def run() -> dict:
                     fresh = {"ASTRID_CACHE_DIR": str(root / f"cold-cache-{count}")}
                     entry["startup_cold_cache"] = summary([anyio.run(drive, command, {**env, **fresh}, 0, True).startup_s])
                 results[system][count] = entry
+            fanout = subprocess.run(
+                python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
+            )
+            results["fanout"][count] = json.loads(fanout.stdout.strip().splitlines()[-1])
             if count == max(COUNTS):
                 rss = subprocess.run(
                     python_command("-m", "bench.rss", str(folder), "3"), capture_output=True, text=True, check=True
@@ -88,7 +92,7 @@ def run() -> dict:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
             metric: a[metric]["median_ms"] / b[metric]["median_ms"]
-            for metric in ("list_warm", "list_cold", "read_text", "read_blob", "startup_warm_cache")
+            for metric in ("list_warm", "list_first", "read_text", "read_blob", "startup_warm_cache")
         }
     return results
 
@@ -97,7 +101,7 @@ def table(results: dict) -> str:
     rows = ["| metric | K | astrid median (p99) ms | baseline median (p99) ms | ratio |", "|---|---|---|---|---|"]
     for count in results["counts"]:
         a, b, r = results["astrid"][count], results["baseline"][count], results["ratios"][count]
-        for metric in ("list_cold", "list_warm", "read_text", "read_blob", "startup_warm_cache"):
+        for metric in ("list_first", "list_warm", "read_text", "read_blob", "startup_warm_cache"):
             rows.append(
                 f"| {metric} | {count} | {a[metric]['median_ms']:.2f} ({a[metric]['p99_ms']:.2f}) "
                 f"| {b[metric]['median_ms']:.2f} ({b[metric]['p99_ms']:.2f}) | {r[metric]:.2f}x |"
@@ -111,8 +115,17 @@ def table(results: dict) -> str:
         )
     largest = max(results["counts"])
     smallest = min(results["counts"])
-    cold_growth = results["astrid"][largest]["list_cold"]["median_ms"] / results["astrid"][smallest]["list_cold"]["median_ms"]
-    rows.append(f"| cold list K={largest} / K={smallest} (astrid) | | {cold_growth:.2f}x | | |")
+    for count in results["counts"]:
+        fan = results["fanout"][count]
+        rows.append(
+            f"| describe fan-out, in-process: first / refreshed | {count} | "
+            f"{fan['first_ms']:.1f} / {fan['refresh_median_ms']:.1f} | - | - |"
+        )
+    small, large = results["fanout"][smallest], results["fanout"][largest]
+    rows.append(
+        f"| full fan-out K={largest} / K={smallest}: first / refreshed | | "
+        f"{large['first_ms'] / small['first_ms']:.2f}x / {large['refresh_median_ms'] / small['refresh_median_ms']:.2f}x | | |"
+    )
     return "\n".join(rows)
 
 
@@ -122,7 +135,7 @@ def chart(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = ("list_cold", "list_warm", "read_text", "read_blob")
+    metrics = ("list_first", "list_warm", "read_text", "read_blob")
     fig, axes = plt.subplots(1, len(metrics), figsize=(16, 4))
     counts = results["counts"]
     for axis, metric in zip(axes, metrics):

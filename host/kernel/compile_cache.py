@@ -72,22 +72,26 @@ class CompileCache:
         wasm = Path(wasm_path).read_bytes()
         wasm_sha = hashlib.sha256(wasm).hexdigest()
         entry = self.entry_path(wasm_sha)
-        if self._trusted(entry):
-            try:
-                component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
-                return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
-            except wasmtime.WasmtimeError as exc:
-                log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, _last_line(exc))
-                self.seal.discard(entry)
-        component = self._compile_and_store(wasm, entry)
+        # Capsules load in parallel and may share a component: one compiles,
+        # the others wait and then find it in the cache.
+        with _entry_lock(entry):
+            if self._trusted(entry):
+                try:
+                    component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
+                    return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
+                except wasmtime.WasmtimeError as exc:
+                    log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, _last_line(exc))
+                    self.seal.discard(entry)
+            component = self._compile_and_store(wasm, entry)
         return LoadedComponent(component, wasm_sha, False, time.perf_counter() - started)
 
     def precompile(self, wasm_path: Path) -> Path | None:
         """Make sure the cache holds `wasm_path`; the entry's path, or None if unwritable."""
         wasm = Path(wasm_path).read_bytes()
         entry = self.entry_path(hashlib.sha256(wasm).hexdigest())
-        if not self._trusted(entry):
-            self._compile_and_store(wasm, entry)
+        with _entry_lock(entry):
+            if not self._trusted(entry):
+                self._compile_and_store(wasm, entry)
         return entry if entry.exists() else None
 
     def _trusted(self, entry: Path) -> bool:
@@ -146,6 +150,12 @@ class CompileCache:
 
 _seal: CacheSeal | None = None
 _seal_lock = threading.Lock()
+_entry_locks: dict[str, threading.Lock] = {}
+
+
+def _entry_lock(entry: Path) -> threading.Lock:
+    with _seal_lock:
+        return _entry_locks.setdefault(str(entry), threading.Lock())
 
 
 def shared_seal() -> CacheSeal:
