@@ -4,8 +4,9 @@ Instances are created lazily, capped and evicted least-recently-used. Each
 Store has one lock (two threads in one Store abort the process); different
 Stores run in parallel. Every call is bounded in wall time (epoch deadline)
 and memory (store limits). A trap or timeout discards the instance and the
-next call gets a fresh one; a capsule that keeps failing is quarantined for a
-while.
+next call gets a fresh one; a sandbox that keeps failing is quarantined for a
+while (per principal: one principal's requests never bench a capsule for the
+others).
 """
 
 from __future__ import annotations
@@ -67,9 +68,19 @@ class CallOutcome:
 
 
 @dataclass
-class CapsuleHealth:
+class Strikes:
+    """Failures of one (capsule, principal) sandbox: quarantine is per principal,
+    so one principal's requests can never bench a capsule for the others."""
+
     consecutive_failures: int = 0
     quarantined_until: float = 0.0
+
+
+@dataclass
+class CapsuleHealth:
+    """A capsule's record over all principals (for reports and logs)."""
+
+    quarantined_until: float = 0.0  # the latest quarantine of any of its sandboxes
     failures: int = 0
     timeouts: int = 0
     calls: int = 0
@@ -91,6 +102,7 @@ class SandboxPool:
         self.limits = limits
         self.max_instances = max_instances
         self._instances: OrderedDict[tuple[str, Principal], Instance] = OrderedDict()
+        self._strikes: dict[tuple[str, Principal], Strikes] = {}
         self._lock = threading.Lock()
         self.stats = SandboxStats()
 
@@ -156,6 +168,7 @@ class SandboxPool:
     def drop_capsule(self, source_id: str) -> None:
         """Close every instance of a capsule (unload or reload)."""
         with self._lock:
+            self._strikes = {k: v for k, v in self._strikes.items() if k[0] != source_id}
             doomed = [k for k in self._instances if k[0] == source_id]
             instances = [self._instances.pop(k) for k in doomed]
         for instance in instances:
@@ -192,9 +205,10 @@ class SandboxPool:
     def invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:
         """Run `astrid-hook-trigger(handler, payload)` for the message's principal."""
         health = self.health(capsule.name)
-        now = time.monotonic()
-        if health.quarantined_until > now:
-            return CallOutcome(False, detail=f"{capsule.name} is quarantined after repeated failures")
+        with self._lock:
+            strikes = self._strikes.setdefault((capsule.source_id, message.principal), Strikes())
+        if strikes.quarantined_until > time.monotonic():
+            return CallOutcome(False, detail=f"{capsule.name} is quarantined for {message.principal} after repeated failures")
         instance = self._instance_for(capsule, participant, message.principal)
         started = time.perf_counter()
         with instance.lock:
@@ -220,24 +234,27 @@ class SandboxPool:
                 # Store that is being closed (that aborts the process).
                 self._discard(instance)
         outcome.seconds = time.perf_counter() - started
-        self._record(capsule, instance, health, outcome)
+        self._record(capsule, instance, health, strikes, outcome)
         return outcome
 
-    def _record(self, capsule: LoadedCapsule, instance: Instance, health: CapsuleHealth, outcome: CallOutcome) -> None:
+    def _record(
+        self, capsule: LoadedCapsule, instance: Instance, health: CapsuleHealth, strikes: Strikes, outcome: CallOutcome
+    ) -> None:
         with self._lock:
             health.calls += 1
             if outcome.ok:
-                health.consecutive_failures = 0
+                strikes.consecutive_failures = 0
                 return
             health.failures += 1
-            health.consecutive_failures += 1
+            strikes.consecutive_failures += 1
             health.last_error = outcome.detail
             if outcome.detail and "interrupt" in outcome.detail:
                 health.timeouts += 1
-            quarantine = health.consecutive_failures >= QUARANTINE_AFTER
+            quarantine = strikes.consecutive_failures >= QUARANTINE_AFTER
             if quarantine:
-                health.quarantined_until = time.monotonic() + QUARANTINE_S
-                health.consecutive_failures = 0
+                strikes.quarantined_until = time.monotonic() + QUARANTINE_S
+                strikes.consecutive_failures = 0
+                health.quarantined_until = max(health.quarantined_until, strikes.quarantined_until)
         log.warning(
             "capsule %s (%s) failed: %s; instance discarded%s",
             capsule.name,

@@ -196,6 +196,8 @@ class AstridMcpServer:
             # one page, never a cursor: any cursor is one we did not issue
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
         definitions = await self._call(self.backend.list_resources)
+        # What the client has now seen: list_changed compares against it.
+        self._baseline = frozenset(d.uri for d in definitions)
         resources = [r for r in (to_resource(d, self.limits) for d in definitions) if r is not None]
         return types.ListResourcesResult(resources=resources, ttl_ms=LIST_TTL_MS, cache_scope="private")
 
@@ -229,7 +231,14 @@ class AstridMcpServer:
             return
         changes = await anyio.to_thread.run_sync(self.backend.changes)
         try:
-            self._baseline = await self._uri_set(refresh=False)
+            # A change that landed before the subscription is caught here: the
+            # set now is compared with what the client last listed, if it did.
+            current = await self._uri_set(refresh=False)
+            if self._baseline is None:
+                self._baseline = current
+            elif current is not None and current != self._baseline:
+                self._baseline = current
+                await self.notify_list_changed()
             if self.watching is not None:
                 self.watching.set()
             while True:

@@ -29,6 +29,17 @@ async def wait_changed(served) -> None:
     served.rearm()
 
 
+async def settled(served, predicate) -> set[str]:
+    """The listed URIs once `predicate` holds (bounded): a late notification of
+    the previous change may have woken `wait_changed` before this one landed."""
+    with anyio.fail_after(RELOAD_WAIT_S):
+        while True:
+            uris = set(await served.uris())
+            if predicate(uris):
+                return uris
+            await anyio.sleep(0.1)
+
+
 @pytest.mark.anyio
 async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(bundled, hostile_wasm, tmp_path):
     root = tmp_path / "capsules"
@@ -48,7 +59,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
         # 1. a capsule folder is deleted
         shutil.rmtree(doomed)
         await wait_changed(served)
-        uris = set(await served.uris())
+        uris = await settled(served, lambda uris: "astrid://doomed/ok" not in uris)
         assert "astrid://doomed/ok" not in uris and BUNDLED_URIS | {"astrid://rotten/ok"} <= uris
         assert (await served.error("astrid://doomed/ok")).code == -32002
         assert (await served.text("astrid://docs/index")).startswith("# ")
@@ -56,7 +67,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
         # 2. a component is replaced by garbage
         (rotten / "hostile.wasm").write_bytes(os.urandom(64 * 1024))
         await wait_changed(served)
-        uris = set(await served.uris())
+        uris = await settled(served, lambda uris: "astrid://rotten/ok" not in uris)
         assert not [u for u in uris if u.startswith("astrid://rotten/")] and BUNDLED_URIS <= uris
         assert (await served.text("astrid://docs/index")).startswith("# ")
 
@@ -64,13 +75,14 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
         wasm = root / "introspect" / "introspect.wasm"
         wasm.write_bytes(wasm.read_bytes()[: wasm.stat().st_size // 2])
         await wait_changed(served)
-        uris = set(await served.uris())
+        uris = await settled(served, lambda uris: "astrid://whoami" not in uris)
         assert "astrid://whoami" not in uris and "astrid://docs/index" in uris
         assert (await served.text("astrid://docs/tour"))
 
         # 4. the rotten capsule is repaired: it comes back
         shutil.copy(hostile_wasm, rotten / "hostile.wasm")
         await wait_changed(served)
+        await settled(served, lambda uris: "astrid://rotten/ok" in uris)
         assert await served.text("astrid://rotten/ok") == "hostile ok for alice"
     log = served.log()
     assert "rotten" in log and "introspect" in log  # the load errors were reported

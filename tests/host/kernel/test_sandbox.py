@@ -129,3 +129,18 @@ def test_watched_principals_get_their_sandboxes_prewarmed(make_probe, kernel_fac
     client = client_for(kernel)
     assert whoami_works(kernel, client)  # served by the prewarmed instance
     assert kernel.sandboxes.stats.instances_created == created
+
+
+def test_quarantine_is_per_principal(make_probe, kernel_factory, monkeypatch) -> None:
+    # alice can make the capsule fail for herself, never bench it for bob
+    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 3)
+    kernel = kernel_factory([make_probe()])
+    client = client_for(kernel)
+    for _ in range(3):
+        kernel.bus.publish(client, "probe.trap", "{}", ALICE).wait(5)
+    assert not whoami_works(kernel, client)  # alice's sandbox is benched
+    bob = Principal.verified("bob")
+    with kernel.bus.subscribe(client, "test.whoami") as who:
+        kernel.bus.publish(client, "probe.whoami", "{}", bob).wait(5)
+        reply = who.recv(2)
+    assert reply is not None and json.loads(reply.payload) == "bob"
