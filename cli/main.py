@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
-
 import click
 
-
-def package_version() -> str:
-    try:
-        return version("astrid-py")
-    except PackageNotFoundError:  # running from a source tree without install
-        return "0+unknown"
+from astrid.host.version import astrid_version
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_version(), "--version", prog_name="astrid")
+@click.version_option(astrid_version(), "--version", prog_name="astrid")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr; -v also shows tracebacks.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:

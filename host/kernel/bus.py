@@ -28,12 +28,14 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid.host.topics import is_valid_topic, pattern_matches, topic_problem
+from astrid.host.topics import pattern_matches, topic_problem
 
 log = logging.getLogger(__name__)
 
 QUEUE_CAPACITY = 1024
-MAX_SUBSCRIPTIONS_PER_PARTICIPANT = 128
+# A backstop across all of a participant's instances (one per principal); the
+# host ABI caps each capsule instance at 128 live subscriptions.
+MAX_SUBSCRIPTIONS_PER_SOURCE = 8192
 
 
 class BusError(Exception):
@@ -311,7 +313,7 @@ class Bus:
         subscription = Subscription(self, owner, pattern, principal_scope)
         with self._lock:
             live = sum(1 for s in self._subscriptions if s.owner.source_id == owner.source_id)
-            if live >= MAX_SUBSCRIPTIONS_PER_PARTICIPANT * 64:
+            if live >= MAX_SUBSCRIPTIONS_PER_SOURCE:
                 raise BusError("quota", "too many subscriptions")
             self._subscriptions.append(subscription)
         return subscription
@@ -337,10 +339,6 @@ class Bus:
         for subscription in doomed:
             subscription.close()
 
-    def receivers(self, topic: str) -> Iterable[Binding]:
-        with self._lock:
-            return [b for b in self._bindings if pattern_matches(b.pattern, topic)]
-
 
 def host_participant(name: str, source_id: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:
     """A host-native participant (broker, MCP server) with its own ACLs."""
@@ -363,5 +361,4 @@ __all__ = [
     "SYSTEM",
     "Subscription",
     "host_participant",
-    "is_valid_topic",
 ]

@@ -80,7 +80,7 @@ class CompileCache:
                     component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
                     return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
                 except wasmtime.WasmtimeError as exc:
-                    log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, _last_line(exc))
+                    log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, last_line(exc))
                     self.seal.discard(entry)
             component = self._compile_and_store(wasm, entry)
         return LoadedComponent(component, wasm_sha, False, time.perf_counter() - started)
@@ -111,7 +111,7 @@ class CompileCache:
             try:
                 return Component.deserialize_file(engine, str(entry))
             except wasmtime.WasmtimeError as exc:
-                log.warning("freshly compiled %s is unusable (%s); compiling in process", entry.name, _last_line(exc))
+                log.warning("freshly compiled %s is unusable (%s); compiling in process", entry.name, last_line(exc))
                 self.seal.discard(entry)
         component = Component(engine, wasm)
         self._store(entry, component.serialize())
@@ -173,6 +173,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
-def _last_line(exc: BaseException) -> str:
+def last_line(exc: BaseException) -> str:
+    """The useful line of a wasmtime error (its message ends with the cause)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__

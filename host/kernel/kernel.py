@@ -31,6 +31,7 @@ from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.topics import is_clean_segment
+from astrid.host.version import astrid_version
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ class Kernel:
             return
         reply = self.inventory(message.principal).to_wire()
         reply["host"] = {
-            "astrid_version": _astrid_version(),
+            "astrid_version": astrid_version(),
             "wasmtime_version": wasmtime_version(),
             "limits": asdict(self.limits),
         }
@@ -279,11 +280,3 @@ def _fingerprint(folder: Path, wasm_path: Path) -> tuple:
             marks.append(None)
     return tuple(marks)
 
-
-def _astrid_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("astrid-py")
-    except PackageNotFoundError:
-        return "0+unknown"

@@ -10,7 +10,7 @@ from pathlib import Path
 import wasmtime
 from wasmtime.component import Component
 
-from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
     try:
         loaded = cache.load(wasm_path)
     except (wasmtime.WasmtimeError, OSError) as exc:
-        raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {_last_line(exc)}") from None
+        raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {last_line(exc)}") from None
     check_interface(manifest.name, loaded.component, cache.wasm_engine.engine)
     return LoadedCapsule(
         name=manifest.name,
@@ -100,8 +100,3 @@ def check_interface(name: str, component: Component, engine: wasmtime.Engine) ->
         raise CapsuleLoadError(f"{name}: imports {', '.join(foreign)}, which the host does not provide{hint}")
     if HOOK_EXPORT not in set(component_type.exports(engine)):
         raise CapsuleLoadError(f"{name}: does not export {HOOK_EXPORT} (build it against the resource-capsule world)")
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__

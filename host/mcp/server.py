@@ -23,7 +23,6 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -41,6 +40,7 @@ from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.mcp.frontdoor import BrokerUnavailable
 from astrid.host.mcp.reshape import read_error, to_contents, to_resource
 from astrid.host.mcp.stdio import screened_stdio_server
+from astrid.host.version import astrid_version
 
 log = logging.getLogger("astrid.host.mcp")
 
@@ -64,13 +64,6 @@ class Backend(Protocol):
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
     def read_resource(self, uri: str) -> ReadResourceReply: ...
     def changes(self) -> Subscription: ...
-
-
-def astrid_version() -> str:
-    try:
-        return version("astrid-py")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class AstridMcpServer:
