@@ -261,28 +261,33 @@ class Broker:
             snapshot = self.snapshot(principal)
         preferred = snapshot.owner_of(uri)
         outcome, status = self._read_once(principal, uri, preferred)
-        if status != "no_reply":
+        if status in ("reply", "timeout", "refused"):
             return outcome
+        if status == "no_reply" and preferred is not None and not snapshot.stale:
+            return self._owner_silent(uri, preferred)
 
-        refreshed = False
-        if snapshot is None or snapshot.stale or preferred is None:
-            # A miss on a uri the snapshot does not know: the capsule set may
-            # have moved on. Re-describe once, then retry if it now exists.
-            snapshot = self.snapshot(principal, refresh=True)
-            refreshed = True
+        # The snapshot did not know the uri, is stale, or names an owner that
+        # is no longer loaded (a capsule rebuilt under a read): the capsule set
+        # moved on. Re-describe once and retry with whoever lists it now.
+        snapshot = self.snapshot(principal, refresh=True)
         owner = snapshot.owner_of(uri)
         if owner is None:
             return ReadOutcome.fail("not_found", f"no capsule serves {uri}")
-        if refreshed:
-            outcome, status = self._read_once(principal, uri, owner)
-            if status != "no_reply":
-                return outcome
+        outcome, status = self._read_once(principal, uri, owner)
+        return self._owner_silent(uri, owner) if status == "no_reply" else outcome
+
+    @staticmethod
+    def _owner_silent(uri: str, owner: str) -> ReadOutcome:
         return ReadOutcome.fail(
             "capsule_error", f"the capsule that lists {uri} ({owner}) finished without answering the read", owner
         )
 
     def _read_once(self, principal: Principal, uri: str, preferred: str | None) -> tuple[ReadOutcome, str]:
-        """One read broadcast: (outcome, "reply" | "no_reply" | "timeout" | "refused")."""
+        """One read broadcast: (outcome, "reply" | "no_reply" | "timeout" | "refused" | "owner_gone").
+
+        "owner_gone": the listed owner was not among the receivers (unloaded
+        or replaced since the snapshot); other capsules' replies are refused.
+        """
         correlation = uuid.uuid4().hex
         request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
         window = self.limits.read_window_s
@@ -304,6 +309,9 @@ class Broker:
 
         with self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal) as sub:
             delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal)
+            if preferred is not None and preferred not in delivery.reached:
+                gone = ReadOutcome.fail("not_found", f"the capsule that listed {uri} is no longer loaded")
+                return gone, "owner_gone"
             ended = False
             while not ended:
                 finished = delivery.finished

@@ -196,9 +196,10 @@ class Binding:
 class Delivery:
     """Tracks the handler invocations of one published message."""
 
-    def __init__(self, message: Message, pending: int) -> None:
+    def __init__(self, message: Message, pending: int, reached: frozenset[str] = frozenset()) -> None:
         self.message = message
         self.receivers = pending
+        self.reached = reached  # source-ids of the participants whose handlers it was given to
         self._pending = pending
         self._cond = threading.Condition()
 
@@ -272,7 +273,7 @@ class Bus:
             self.stats.published += 1
         for subscription in subscriptions:
             subscription._offer(message)
-        delivery = Delivery(message, len(runs))
+        delivery = Delivery(message, len(runs), frozenset(b.owner.source_id for b, _ in runs))
         if runs:
             self.dispatcher.dispatch(runs, delivery)
         return delivery

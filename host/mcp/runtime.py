@@ -263,9 +263,13 @@ class FolderWatcher:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="astrid-watch", daemon=True)
+        self._current: frozenset[tuple[str, int, int]] = frozenset()
         self.reloads = 0
 
     def start(self) -> None:
+        # The baseline is taken before start() returns: a change made right
+        # after "watching" is announced must differ from it, not become it.
+        self._current = self.signature()
         self._thread.start()
 
     def stop(self) -> None:
@@ -292,7 +296,7 @@ class FolderWatcher:
         return frozenset(entries)
 
     def _run(self) -> None:
-        current = self.signature()
+        current = self._current
         pending: frozenset[tuple[str, int, int]] | None = None
         while not self._stop.wait(self.interval_s):
             try:

@@ -52,7 +52,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
     home.mkdir()
     async with mcp_session(root, home=home, stderr_path=tmp_path / "stderr.log") as served:
         assert {"astrid://doomed/ok", "astrid://rotten/ok"} | BUNDLED_URIS <= set(await served.uris())
-        with anyio.fail_after(30):  # the list_changed watcher is armed once its baseline exists
+        with anyio.fail_after(30):  # the folder watcher has its baseline once this is logged
             while "watching the capsule folders" not in served.log():
                 await anyio.sleep(0.05)
 

@@ -562,3 +562,36 @@ def test_a_broker_failure_is_answered_at_once_not_left_to_time_out(bus, make_bro
         client(ALICE).list_resources()
     assert client(ALICE).read_resource("astrid://x").error.code == "internal"
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_read_after_the_owner_was_rebuilt_is_served_by_the_new_build(bus, make_broker):
+    """A capsule replaced under a read (new source-id, same uri) before the
+    capsule-set change was announced: the stale owner is not reached, so the
+    broker re-describes and reads from the new build, not from whoever answered."""
+    uri = "astrid://c/x"
+    old = FakeCapsule(bus, "c", source_id="src-old", resources={"alice": [resource(uri)]},
+                      contents={"alice": {uri: [text(uri, "old")]}})
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    old.unload()
+    new = FakeCapsule(bus, "c", source_id="src-new", resources={"alice": [resource(uri)]},
+                      contents={"alice": {uri: [text(uri, "new")]}})
+
+    reply = client(ALICE).read_resource(uri)
+
+    assert reply.error is None and reply.contents[0].text == "new"
+    assert new.describes == 1 and new.reads == 2  # the refused first answer, then the routed one
+
+
+def test_a_read_after_the_owner_was_removed_is_not_found(bus, make_broker):
+    uri = "astrid://c/x"
+    old = FakeCapsule(bus, "c", resources={"alice": [resource(uri)]}, contents={"alice": {uri: [text(uri, "old")]}})
+    other = FakeCapsule(bus, "d", resources={"alice": [resource("astrid://d/y")]})
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    old.unload()
+
+    reply = client(ALICE).read_resource(uri)
+
+    assert reply.error.code == "not_found"
+    assert other.describes == 2 and old.reads == 0
