@@ -25,7 +25,7 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
-from astrid.host.kernel.manifest import MANIFEST_NAME
+from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
@@ -73,6 +73,10 @@ class Kernel:
         self.load_report: list[LoadResult] = []
         self._results: dict[Path, LoadResult] = {}
         self._fingerprints: dict[Path, tuple] = {}
+        # A capsule that failed to load, with the files as they were: it is
+        # tried again only once they change (a broken 30 MB component is not
+        # recompiled on every unrelated reload).
+        self._failures: dict[Path, tuple[tuple, LoadResult]] = {}
         self.principals: set[Principal] = set()
         self._lock = threading.RLock()
         self.participant = host_participant(
@@ -117,8 +121,8 @@ class Kernel:
         """Rescan the capsule paths; load new or rebuilt capsules, unload removed ones.
 
         A capsule whose manifest and component are untouched (same size,
-        mtime and inode) is kept as is; the others load in parallel (hashing
-        and reading release the GIL). Publishes `astrid.v1.capsules_loaded`
+        times and inode) is kept as is, and so is a failure to load one; the
+        others load in parallel (hashing and reading release the GIL). Publishes `astrid.v1.capsules_loaded`
         for every watched principal when the set changed.
         """
         with self._lock:
@@ -128,14 +132,21 @@ class Kernel:
                 if folder not in folders:
                     self._unload(folder)
                     changed = True
+            for folder in list(self._failures):
+                if folder not in folders:
+                    del self._failures[folder]
             kept = {f: self._results[f] for f in folders if f in self.capsules and self._unchanged(f)}
-            loads = self._load_all([f for f in folders if f not in kept])
+            kept |= {f: self._failures[f][1] for f in folders if f not in self.capsules and self._still_failing(f)}
+            # Fingerprints are taken before loading: a rebuild that lands
+            # during the load differs from them and is loaded next time.
+            marks = {f: _fingerprint(f, _component_path(f)) for f in folders if f not in kept}
+            loads = self._load_all(list(marks))
             report: list[LoadResult] = []
             for folder in folders:
                 if folder in kept:
                     report.append(kept[folder])
                     continue
-                result, did_change = self._apply(folder, loads[folder])
+                result, did_change = self._apply(folder, loads[folder], marks[folder])
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
@@ -162,17 +173,25 @@ class Kernel:
         capsule, _ = self.capsules[folder]
         return self._fingerprints.get(folder) == _fingerprint(folder, capsule.wasm_path)
 
-    def _apply(self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError) -> tuple[LoadResult, bool]:
+    def _still_failing(self, folder: Path) -> bool:
+        failure = self._failures.get(folder)
+        return failure is not None and failure[0] == _fingerprint(folder, _component_path(folder))
+
+    def _apply(self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError, mark: tuple) -> tuple[LoadResult, bool]:
         current = self.capsules.get(folder)
         if isinstance(loaded, CapsuleLoadError):
-            log.error("capsule %s not loaded: %s", folder.name, loaded)
+            # Its caller reports it to the user (serve, `capsule list`); this is the log's copy.
+            log.info("capsule %s not loaded: %s", folder.name, loaded)
             if current is not None:  # keep serving nothing stale: unload the old build
                 self._unload(folder)
-            return LoadResult(folder, folder.name, False, str(loaded)), current is not None
+            result = LoadResult(folder, folder.name, False, str(loaded))
+            self._failures[folder] = (mark, result)
+            return result, current is not None
+        self._failures.pop(folder, None)
         capsule = loaded
         result = LoadResult(folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache)
         self._results[folder] = result
-        self._fingerprints[folder] = _fingerprint(folder, capsule.wasm_path)
+        self._fingerprints[folder] = mark
         if current is not None and current[0].source_id == capsule.source_id and current[0].manifest == capsule.manifest:
             return result, False
         if current is not None:
@@ -269,14 +288,22 @@ class Kernel:
         self.bus.publish(self.participant, INVENTORY_REPLY_PREFIX + correlation, json.dumps(reply), message.principal)
 
 
-def _fingerprint(folder: Path, wasm_path: Path) -> tuple:
-    """What a rebuild or an edit changes: size, mtime and inode of the manifest and the component."""
+def _fingerprint(folder: Path, wasm_path: Path | None) -> tuple:
+    """What a rebuild, an edit or a chmod changes: size, times and inode of the manifest and the component."""
     marks = []
     for path in (folder / MANIFEST_NAME, wasm_path):
         try:
-            stat = path.stat()
-            marks.append((stat.st_size, stat.st_mtime_ns, stat.st_ino))
+            stat = path.stat() if path is not None else None
         except OSError:
-            marks.append(None)
+            stat = None
+        marks.append(stat and (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino))
     return tuple(marks)
+
+
+def _component_path(folder: Path) -> Path | None:
+    """The component the folder's manifest names, if the manifest reads."""
+    try:
+        return folder / load_manifest(folder).component_file
+    except ManifestError:
+        return None
 

@@ -70,6 +70,7 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
         raise CapsuleLoadError(
             f"{manifest.name}: component {wasm_path} not found (build it with `astrid capsule build {folder}`)"
         )
+    _check_header(manifest.name, folder, wasm_path)
     try:
         loaded = cache.load(wasm_path)
     except (wasmtime.WasmtimeError, OSError) as exc:
@@ -86,6 +87,24 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
         load_seconds=loaded.seconds,
         from_cache=loaded.from_cache,
     )
+
+
+WASM_MAGIC = b"\0asm"
+CORE_MODULE_VERSION = b"\x01\x00\x00\x00"
+
+
+def _check_header(name: str, folder: Path, wasm_path: Path) -> None:
+    """Name the two common mistakes before wasmtime does (it would read other bytes as WAT text)."""
+    try:
+        with wasm_path.open("rb") as source:
+            header = source.read(8)
+    except OSError as exc:
+        raise CapsuleLoadError(f"{name}: cannot read {wasm_path}: {exc.strerror or exc}") from None
+    rebuild = f"rebuild it with `astrid capsule build {folder}`"
+    if header[:4] != WASM_MAGIC:
+        raise CapsuleLoadError(f"{name}: {wasm_path.name} is not a WebAssembly file; {rebuild}")
+    if header[4:8] == CORE_MODULE_VERSION:
+        raise CapsuleLoadError(f"{name}: {wasm_path.name} is a core wasm module, not a component; {rebuild}")
 
 
 def check_interface(name: str, component: Component, engine: wasmtime.Engine) -> None:

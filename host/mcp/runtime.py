@@ -206,9 +206,11 @@ class Runtime:
         if not self.ready:
             return
         log.info("capsule folders changed; reloading")
+        reported = {(f.folder, f.error) for f in self.status.failures}
         status = self.reload()
         for failure in status.failures:
-            log.error("capsule %s not loaded: %s", failure.folder, failure.error)
+            if (failure.folder, failure.error) not in reported:  # new, or failing differently
+                log.error("capsule %s not loaded: %s", failure.folder, failure.error)
 
     def close(self) -> None:
         if self._closed:

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsulesLoaded
+from astrid.host.kernel import kernel as kernel_module
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
 from astrid.host.kernel.manifest import ManifestError, parse_manifest
@@ -160,3 +161,41 @@ def test_kernel_answers_the_inventory_request_for_the_callers_principal(make_pro
     assert reply.principal == Principal.verified("al")
     assert [c["name"] for c in body["capsules"]] == ["probe"] and body["capsules"][0]["principal"] == "al"
     assert body["host"]["limits"]["capsule_memory_bytes"] == 64 << 20
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"PK\x03\x04 a zip, not wasm", "is not a WebAssembly file"),
+        (b"", "is not a WebAssembly file"),
+        (b"\0asm\x01\x00\x00\x00", "is a core wasm module, not a component"),
+    ],
+)
+def test_a_file_that_is_not_a_component_is_named_for_what_it_is(make_probe, tmp_path, content, expected) -> None:
+    folder = make_probe()
+    (folder / "probe.wasm").write_bytes(content)
+    with pytest.raises(CapsuleLoadError) as caught:
+        load_capsule(folder, CompileCache(tmp_path / "cache"))
+    assert expected in str(caught.value) and "astrid capsule build" in str(caught.value)
+
+
+def test_a_failed_capsule_is_retried_only_once_its_files_change(make_probe, kernel_factory, tmp_path, monkeypatch) -> None:
+    parent = tmp_path / "caps"
+    make_probe("good", parent=parent)
+    broken = make_probe("broken", parent=parent)
+    good_wasm = (broken / "probe.wasm").read_bytes()
+    (broken / "probe.wasm").write_bytes(b"\0asm\x0d\x00\x01\x00 truncated")
+    kernel = kernel_factory([parent])
+    attempts: list[Path] = []
+    real_load = kernel_module.load_capsule
+    monkeypatch.setattr(kernel_module, "load_capsule", lambda folder, cache: attempts.append(folder) or real_load(folder, cache))
+
+    make_probe("other", parent=parent)  # an unrelated change
+    report = {r.name: r for r in kernel.reload()}
+    assert attempts == [parent.resolve() / "other"]  # the broken one is not tried again...
+    assert not report["broken"].ok and "broken" in report["broken"].error  # ...but still reported
+
+    (broken / "probe.wasm").write_bytes(good_wasm)  # repaired
+    report = {r.name: r for r in kernel.reload()}
+    assert attempts[-1] == broken.resolve() and report["broken"].ok
+    assert [c.name for c in kernel.loaded()] == ["broken", "good", "other"]
