@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CAPSULE_DIR := capsules
+TS_CLIENT := tests/e2e/ts_client
+TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 
 .PHONY: serve test test-fast bench soak build-capsules clean
 
@@ -18,6 +20,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@$(BIN)/pip install -q -e '.[test,bench]' 1>&2
 	@touch $(STAMP)
 
+# The MCP TypeScript SDK's client, for the interop test (needs Node.js 20+ and npm).
+$(TS_STAMP): $(TS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the TypeScript client of the interop test)" 1>&2; exit 1; }
+	@echo "installing the MCP TypeScript SDK client into $(TS_CLIENT) ..." 1>&2
+	@cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error 1>&2
+	@touch $(TS_STAMP)
+
 build-capsules: $(STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs 1>&2
@@ -27,7 +36,7 @@ build-capsules: $(STAMP)
 serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs
 
-test: $(STAMP)
+test: $(STAMP) $(TS_STAMP)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -40,4 +49,4 @@ soak: build-capsules
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis $(TS_CLIENT)/node_modules
