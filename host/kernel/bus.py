@@ -325,20 +325,28 @@ class Bus:
                 self._subscriptions.remove(subscription)
 
     def bind(self, binding: Binding) -> Binding:
-        problem = topic_problem(binding.pattern, pattern=True)
-        if problem:
-            raise BusError("invalid-input", f"invalid handler pattern {binding.pattern!r}: {problem}")
-        with self._lock:
-            self._bindings.append(binding)
+        self.bind_all([binding])
         return binding
+
+    def bind_all(self, bindings: Iterable[Binding], *, replacing: str | None = None) -> None:
+        """Add `bindings` in one step. With `replacing`, that participant's
+        bindings and subscriptions go in the same step: every publish reaches
+        the old set or the new one, never neither (a capsule rebuilt under load)."""
+        bindings = list(bindings)
+        for binding in bindings:
+            problem = topic_problem(binding.pattern, pattern=True)
+            if problem:
+                raise BusError("invalid-input", f"invalid handler pattern {binding.pattern!r}: {problem}")
+        with self._lock:
+            kept = self._bindings if replacing is None else [b for b in self._bindings if b.owner.source_id != replacing]
+            self._bindings = kept + bindings
+            doomed = [] if replacing is None else [s for s in self._subscriptions if s.owner.source_id == replacing]
+        for subscription in doomed:
+            subscription.close()
 
     def unbind_owner(self, source_id: str) -> None:
         """Remove every binding and subscription of a participant (unload)."""
-        with self._lock:
-            self._bindings = [b for b in self._bindings if b.owner.source_id != source_id]
-            doomed = [s for s in self._subscriptions if s.owner.source_id == source_id]
-        for subscription in doomed:
-            subscription.close()
+        self.bind_all([], replacing=source_id)
 
 
 def host_participant(name: str, source_id: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:

@@ -194,9 +194,7 @@ class Kernel:
         self._fingerprints[folder] = mark
         if current is not None and current[0].source_id == capsule.source_id and current[0].manifest == capsule.manifest:
             return result, False
-        if current is not None:
-            self._unload(folder)
-        self._install(capsule)
+        self._install(capsule, replacing=current[0] if current is not None else None)
         log.info(
             "loaded capsule %s (%s) in %.1f ms%s",
             capsule.name,
@@ -206,7 +204,8 @@ class Kernel:
         )
         return result, True
 
-    def _install(self, capsule: LoadedCapsule) -> None:
+    def _install(self, capsule: LoadedCapsule, replacing: LoadedCapsule | None = None) -> None:
+        """Bind a capsule's handlers; a rebuilt one takes its old build's place in one step."""
         manifest = capsule.manifest
         participant = CapsuleParticipant(
             source_id=capsule.source_id,
@@ -214,17 +213,21 @@ class Kernel:
             publish_acl=tuple(manifest.publish),
             subscribe_acl=tuple(manifest.subscribe),
         )
-        for pattern, handler in manifest.handlers().items():
-            self.bus.bind(
-                Binding(
-                    participant,
-                    pattern,
-                    self._capsule_handler(capsule, participant, handler),
-                    accepts=accepts_for(capsule, pattern),
-                    is_capsule=True,
-                )
+        bindings = [
+            Binding(
+                participant,
+                pattern,
+                self._capsule_handler(capsule, participant, handler),
+                accepts=accepts_for(capsule, pattern),
+                is_capsule=True,
             )
+            for pattern, handler in manifest.handlers().items()
+        ]
+        self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
         self.capsules[capsule.folder] = (capsule, participant)
+        if replacing is not None:
+            self.sandboxes.drop_capsule(replacing.source_id)
+            log.info("replaced capsule %s (%s)", replacing.name, replacing.source_id)
 
     def _capsule_handler(self, capsule: LoadedCapsule, participant: Participant, handler: str):
         def run(message: Message) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
+from pathlib import Path
 
 import pytest
 
 from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsulesLoaded
 from astrid.host.kernel import kernel as kernel_module
+from astrid.host.kernel.bus import Principal
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
 from astrid.host.kernel.manifest import ManifestError, parse_manifest
@@ -147,8 +150,6 @@ def test_rebuilt_component_gets_a_new_source_id(make_probe, kernel_factory, tmp_
 
 
 def test_kernel_answers_the_inventory_request_for_the_callers_principal(make_probe, kernel_factory) -> None:
-    from astrid.host.kernel.bus import Principal
-
     kernel = kernel_factory([make_probe()])
     client = kernel.attach_host("c", publish=["astrid.v1.request.capsules"], subscribe=["astrid.v1.response.*"])
     with kernel.bus.subscribe(client, "astrid.v1.response.capsules.c1") as replies:
@@ -199,3 +200,39 @@ def test_a_failed_capsule_is_retried_only_once_its_files_change(make_probe, kern
     report = {r.name: r for r in kernel.reload()}
     assert attempts[-1] == broken.resolve() and report["broken"].ok
     assert [c.name for c in kernel.loaded()] == ["broken", "good", "other"]
+
+
+def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(make_probe, kernel_factory, monkeypatch) -> None:
+    folder = make_probe()
+    kernel = kernel_factory([folder])
+    client = client_for(kernel)
+    wasm = folder / "probe.wasm"
+    unreached: list[int] = []
+    stop = threading.Event()
+
+    def publish_all_the_time() -> None:
+        while not stop.is_set():
+            delivery = kernel.bus.publish(client, "probe.whoami", "{}", Principal.verified("alice"))
+            if delivery.receivers == 0:
+                unreached.append(1)
+            delivery.wait(5)
+
+    publisher = threading.Thread(target=publish_all_the_time)
+    publisher.start()
+    try:
+        source_ids = {kernel.loaded()[0].source_id}
+        for build in range(5):
+            subprocess.run([wasm_tools(), "metadata", "add", "--name", f"rebuild-{build}", str(wasm), "-o", str(wasm)], check=True)
+            kernel.reload()
+            source_ids.add(kernel.loaded()[0].source_id)
+    finally:
+        stop.set()
+        publisher.join(10)
+    assert len(source_ids) == 6  # every rebuild was swapped in...
+    assert not unreached  # ...and no publish fell between the old build and the new
+
+    attempts: list[Path] = []
+    real_load = kernel_module.load_capsule
+    monkeypatch.setattr(kernel_module, "load_capsule", lambda f, cache: attempts.append(f) or real_load(f, cache))
+    kernel.reload()
+    assert attempts == []  # the rebuilt capsule is kept as loaded, not loaded again
