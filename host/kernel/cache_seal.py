@@ -64,7 +64,7 @@ class CacheSeal:
         except OSError as exc:
             log.info("no compile-cache key at %s (%s); cache entries verify only in this process", path, exc)
             self._key = secrets.token_bytes(32)
-        self._verified: set[tuple[str, int, int, int]] = set()
+        self._verified: set[tuple[str, int, int, int, int]] = set()
         self._lock = threading.Lock()
 
     def _mac(self, path: Path) -> str:
@@ -75,9 +75,10 @@ class CacheSeal:
         return digest.hexdigest()
 
     @staticmethod
-    def _identity(path: Path) -> tuple[str, int, int, int]:
+    def _identity(path: Path) -> tuple[str, int, int, int, int]:
+        # ctime too: a rewrite can put the mtime back, not the ctime
         stat = path.stat()
-        return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
     def sign(self, entry: Path) -> None:
         """Seal `entry` as it is on disk now (best effort: an unwritable seal only costs a recompile)."""

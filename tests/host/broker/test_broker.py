@@ -245,13 +245,14 @@ def test_describe_ends_when_every_capsule_finished_not_at_the_window(threaded_bu
     elapsed = time.perf_counter() - started
 
     assert len(listed) == 3
-    assert elapsed < 0.5, f"list took {elapsed:.3f} s: it should cost about the slowest capsule (50 ms)"
+    # bounds are loose (a loaded CI machine); the point is "not the 2.5 s window"
+    assert elapsed < 1.5, f"list took {elapsed:.3f} s: it should cost about the slowest capsule (50 ms)"
 
 
 def test_describe_window_bounds_a_hanging_capsule(threaded_bus, make_broker):
-    limits = Limits(describe_window_s=0.3)
+    limits = Limits(describe_window_s=1.0)
     FakeCapsule(threaded_bus, "fast", resources={"alice": [resource("astrid://fast/x")]})
-    FakeCapsule(threaded_bus, "slow", resources={"alice": [resource("astrid://slow/x")]}, describe_delay=1.0)
+    FakeCapsule(threaded_bus, "slow", resources={"alice": [resource("astrid://slow/x")]}, describe_delay=5.0)
     _, client = make_broker(threaded_bus, limits)
 
     started = time.perf_counter()
@@ -259,7 +260,7 @@ def test_describe_window_bounds_a_hanging_capsule(threaded_bus, make_broker):
     elapsed = time.perf_counter() - started
 
     assert uris(listed) == ["astrid://fast/x"]  # best effort: slow reappears next time
-    assert 0.25 < elapsed < 0.9
+    assert 0.95 < elapsed < 2.5  # the window, not the slow capsule's 5 s
 
 
 def test_concurrent_lists_share_one_round(threaded_bus, make_broker):
@@ -352,7 +353,7 @@ def test_not_found_ends_when_every_capsule_finished(threaded_bus, make_broker):
     elapsed = time.perf_counter() - started
 
     assert reply.error is not None and reply.error.code == "not_found"
-    assert elapsed < 0.5, f"not-found took {elapsed:.3f} s, should be far under the 2.5 s window"
+    assert elapsed < 1.5, f"not-found took {elapsed:.3f} s, should be far under the 2.5 s window"
 
 
 def test_not_found_re_describes_once_for_an_unknown_uri(bus, make_broker):
@@ -389,7 +390,7 @@ def test_a_miss_on_a_new_uri_retries_after_the_re_describe(bus, make_broker):
 
 
 def test_read_timeout_when_a_capsule_hangs(threaded_bus, make_broker):
-    limits = Limits(read_window_s=0.3, describe_window_s=0.3)
+    limits = Limits(read_window_s=1.0, describe_window_s=1.0)
     release = threading.Event()
     FakeCapsule(threaded_bus, "hang", resources={"alice": [resource("astrid://hang/x")]}, hang=release)
     FakeCapsule(threaded_bus, "ok", contents={"alice": {"astrid://ok/x": [text("astrid://ok/x", "fine")]}})
@@ -399,11 +400,11 @@ def test_read_timeout_when_a_capsule_hangs(threaded_bus, make_broker):
         reply = client(ALICE).read_resource("astrid://hang/x")
         elapsed = time.perf_counter() - started
         assert reply.error is not None and reply.error.code == "timeout"
-        assert 0.25 < elapsed < 0.8
+        assert 0.95 < elapsed < 2.5
         # a hanging capsule does not stop the owner of another uri from answering
         started = time.perf_counter()
         assert client(ALICE).read_resource("astrid://ok/x").contents[0].text == "fine"
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 0.8  # not the 1 s window
     finally:
         release.set()
 
