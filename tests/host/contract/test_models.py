@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
 from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceReply
+from astrid.host.contract.resource import BlobChunk
 from astrid.host.limits import Limits
 
 GOOD = {
@@ -115,3 +119,15 @@ def test_front_door_reply_serialises_chunks_with_their_tag() -> None:
         req_id="r1", uri="a://b", contents=[chunk_adapter.validate_python({"type": "text", "uri": "a://b", "text": "t"})]
     )
     assert json.loads(reply.to_json())["contents"][0]["type"] == "text"
+
+
+@given(st.binary(max_size=300))
+def test_a_blob_of_any_bytes_validates_and_knows_its_decoded_size(data):
+    chunk = BlobChunk(uri="astrid://c/x", blob=base64.b64encode(data).decode())
+    assert chunk.raw_size() == len(data)
+
+
+@pytest.mark.parametrize("bad", ["abc", "ab=c", "a b=", "YQ==YQ==", "YQ", "Y===", "====", "YQ==\n", "ÿÿÿÿ", "YQ-_"])
+def test_a_blob_that_is_not_standard_padded_base64_is_refused(bad):
+    with pytest.raises(ValidationError, match="not valid base64"):
+        BlobChunk(uri="astrid://c/x", blob=bad)
