@@ -58,6 +58,10 @@ READ_REPLY_PREFIX = "resource.v1.response.read."
 # extra latency of a not-found answer.
 _READ_SLICE_S = 0.004
 _DRAIN_BATCH = 4096
+# Stands for the req_id in a cached list reply: as long as the longest req_id
+# (128), so a reply trimmed to the bus limit still fits with the real one.
+_REQ_ID_SLOT = ("req-id-slot-" + uuid.uuid4().hex).ljust(128, "x")
+_LIST_PAYLOADS_KEPT = 256
 
 BROKER_PUBLISH = ("resource.v1.request.*", "astrid.v1.response.*")
 BROKER_SUBSCRIBE = ("resource.v1.response.*", "astrid.v1.request.mcp.*", CAPSULES_LOADED_TOPIC)
@@ -101,6 +105,7 @@ class Broker:
         self._trusted = set(trusted_ingress)
         self._trusted_lock = threading.Lock()
         self.cache = SnapshotCache()
+        self._list_payloads: dict[Principal, tuple[tuple[ResourceDefinition, ...], str]] = {}
         self.stats = BrokerStats()
         self._started = False
 
@@ -147,10 +152,13 @@ class Broker:
 
     def list_resources(self, principal: Principal, *, refresh: bool = False) -> list[ResourceDefinition]:
         """The principal's resources: one page, sorted by uri."""
+        return list(self._listed(principal, refresh=refresh))
+
+    def _listed(self, principal: Principal, *, refresh: bool) -> tuple[ResourceDefinition, ...]:
         if principal.kind != "verified" or not principal.name:
             log.info("list for %s answered empty: only a verified principal has resources", principal)
-            return []
-        return list(self.snapshot(principal, refresh=refresh).resources)
+            return ()
+        return self.snapshot(principal, refresh=refresh).resources
 
     def snapshot(self, principal: Principal, *, refresh: bool = False) -> Snapshot:
         if not refresh:
@@ -371,14 +379,14 @@ class Broker:
             return
         started = time.perf_counter()
         try:
-            resources = self.list_resources(message.principal, refresh=request.refresh)
+            resources = self._listed(message.principal, refresh=request.refresh)
         except Exception:
             log.exception("resources.list for %s failed", message.principal)
             failed = ReadOutcome.fail("internal", "the broker failed to list resources; see its log")
             reply = ListResourcesReply(req_id=request.req_id, error=failed.error).to_json()
             self._publish_reply(request.req_id, reply, message.principal)
             return
-        payload = self._list_payload(request.req_id, resources)
+        payload = self._list_payload(request.req_id, resources, message.principal)
         self._publish_reply(request.req_id, payload, message.principal)
         log.info(
             "resources.list for %s: %d resources in %.1f ms",
@@ -387,13 +395,23 @@ class Broker:
             (time.perf_counter() - started) * 1000,
         )
 
-    def _list_payload(self, req_id: str, resources: list[ResourceDefinition]) -> str:
-        payload = ListResourcesReply(req_id=req_id, resources=resources).to_json()
+    def _list_payload(self, req_id: str, resources: tuple[ResourceDefinition, ...], principal: Principal) -> str:
+        """The list reply. A warm list repeats the snapshot's very tuple, so
+        its JSON is made once per snapshot and only the req_id is put in."""
+        cached = self._list_payloads.get(principal)
+        if cached is None or cached[0] is not resources:
+            if len(self._list_payloads) >= _LIST_PAYLOADS_KEPT:
+                self._list_payloads.clear()
+            cached = self._list_payloads[principal] = (resources, self._list_template(resources))
+        return cached[1].replace(_REQ_ID_SLOT, req_id, 1)
+
+    def _list_template(self, resources: tuple[ResourceDefinition, ...]) -> str:
+        payload = ListResourcesReply(req_id=_REQ_ID_SLOT, resources=list(resources)).to_json()
         limit = self.bus.max_payload_bytes
         if utf8_len(payload) <= limit:
             return payload
         # One page must fit one bus message: keep the longest uri-ordered prefix that does.
-        budget = limit - utf8_len(ListResourcesReply(req_id=req_id, resources=[]).to_json()) - 16
+        budget = limit - utf8_len(ListResourcesReply(req_id=_REQ_ID_SLOT, resources=[]).to_json()) - 16
         kept: list[ResourceDefinition] = []
         for resource in resources:
             size = utf8_len(resource.to_json()) + 1
@@ -407,7 +425,7 @@ class Broker:
             len(resources),
             limit,
         )
-        return ListResourcesReply(req_id=req_id, resources=kept).to_json()
+        return ListResourcesReply(req_id=_REQ_ID_SLOT, resources=kept).to_json()
 
     def _on_read(self, message: Message) -> None:
         try:

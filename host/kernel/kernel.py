@@ -122,8 +122,9 @@ class Kernel:
 
         A capsule whose manifest and component are untouched (same size,
         times and inode) is kept as is, and so is a failure to load one; the
-        others load in parallel (hashing and reading release the GIL). Publishes `astrid.v1.capsules_loaded`
-        for every watched principal when the set changed.
+        others load in parallel (hashing and reading release the GIL).
+        Publishes `astrid.v1.capsules_loaded` for every watched principal
+        when the set changed.
         """
         with self._lock:
             folders = discover_capsules(self.config.capsule_paths)

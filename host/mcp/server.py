@@ -84,6 +84,7 @@ class AstridMcpServer:
         self.changes_handled = 0  # capsule-set events re-listed (tests wait on it)
         self._legacy_session: Any = None
         self._baseline: frozenset[str] | None = None
+        self._last_reshape: tuple[list[ResourceDefinition], list[types.Resource]] = ([], [])
         self.watching: anyio.Event | None = None  # set once the list_changed baseline exists
         self.server: Server[dict[str, Any]] = Server(
             name,
@@ -191,8 +192,17 @@ class AstridMcpServer:
         definitions = await self._call(self.backend.list_resources)
         # What the client has now seen: list_changed compares against it.
         self._baseline = frozenset(d.uri for d in definitions)
+        return types.ListResourcesResult(resources=self._reshaped(definitions), ttl_ms=LIST_TTL_MS, cache_scope="private")
+
+    def _reshaped(self, definitions: list[ResourceDefinition]) -> list[types.Resource]:
+        """The MCP resources for `definitions`; a warm list hands back the very
+        same definition objects, so the last reshape is reused."""
+        last_definitions, last_resources = self._last_reshape
+        if len(definitions) == len(last_definitions) and all(a is b for a, b in zip(definitions, last_definitions)):
+            return list(last_resources)
         resources = [r for r in (to_resource(d, self.limits) for d in definitions) if r is not None]
-        return types.ListResourcesResult(resources=resources, ttl_ms=LIST_TTL_MS, cache_scope="private")
+        self._last_reshape = (list(definitions), resources)
+        return list(resources)
 
     async def _on_read(self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = params.uri

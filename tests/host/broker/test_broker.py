@@ -596,3 +596,30 @@ def test_a_read_after_the_owner_was_removed_is_not_found(bus, make_broker):
 
     assert reply.error.code == "not_found"
     assert other.describes == 2 and old.reads == 0
+
+
+def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(bus, make_broker):
+    """The list reply is cached per snapshot (JSON made once, req_id put in) and
+    the front-door client reuses its last validation: neither may go stale."""
+    capsule = FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/a")]})
+    _, client = make_broker(bus)
+    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
+    alice = client(ALICE)  # one client, as the MCP server holds one
+    asker = host_participant("asker", "asker-1", publish=["astrid.v1.request.mcp.*"], subscribe=["astrid.v1.response.*"])
+
+    def raw_list(req_id: str) -> dict:
+        with bus.subscribe(asker, f"astrid.v1.response.{req_id}", principal_scope=ALICE) as replies:
+            bus.publish(asker, "astrid.v1.request.mcp.resources.list", json.dumps({"req_id": req_id}), ALICE)
+            return json.loads(replies.recv(5).payload)
+
+    first, second = raw_list("first"), raw_list("second")
+    assert (first["req_id"], second["req_id"]) == ("first", "second")
+    assert first["resources"] == second["resources"] and capsule.describes == 1
+
+    assert uris(alice.list_resources()) == ["astrid://notes/a"]
+    assert uris(alice.list_resources()) == ["astrid://notes/a"]
+    capsule.resources["alice"].append(resource("astrid://notes/a2"))
+    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
+    assert uris(alice.list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
+    assert raw_list("third")["req_id"] == "third"
+    assert len(raw_list("fourth")["resources"]) == 2
