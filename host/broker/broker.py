@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from astrid.host.broker.cache import Snapshot, SnapshotCache
-from astrid.host.broker.describe import RoundResult, merge_round
+from astrid.host.broker.describe import RoundResult, audit, merge_round
 from astrid.host.broker.read import ReadOutcome, check_read_reply
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.events import CAPSULES_LOADED_TOPIC
@@ -313,7 +313,9 @@ class Broker:
                 log.warning("second read reply from %s for %s dropped", message.source_id, uri)
                 return False
             replies[message.source_id] = message
-            return preferred is None or message.source_id == preferred
+            # An unlisted uri waits for every receiver: who serves it must not
+            # depend on who answers fastest.
+            return message.source_id == preferred
 
         with self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal) as sub:
             delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal)
@@ -359,8 +361,21 @@ class Broker:
                     "timeout", f"the capsule that lists {uri} ({preferred}) did not answer within {window:g} s", preferred
                 )
             return failure, "refused"
-        if replies:  # an unlisted URI (a family member): the first reply served it
-            source = next(iter(replies))
+        if replies:
+            # An unlisted URI (a family member): as on a describe collision,
+            # the lexicographically first source-id wins, whatever the timing.
+            source, *others = sorted(replies)
+            for other in others:
+                audit.warning(
+                    "read uri collision: uri=%s principal=%s winner=%s loser=%s "
+                    "(an unlisted uri; the lexicographically first source-id wins)",
+                    uri,
+                    principal,
+                    source,
+                    other,
+                )
+            if not finished:
+                log.warning("read of %s for %s: the window ended before every capsule finished", uri, principal)
             return check_read_reply(replies[source].payload, uri, source, self.limits), "reply"
         if finished:
             return ReadOutcome.fail("not_found", f"no capsule serves {uri}"), "no_reply"

@@ -393,7 +393,12 @@ def test_read_timeout_when_a_capsule_hangs(threaded_bus, make_broker):
     limits = Limits(read_window_s=1.0, describe_window_s=1.0)
     release = threading.Event()
     FakeCapsule(threaded_bus, "hang", resources={"alice": [resource("astrid://hang/x")]}, hang=release)
-    FakeCapsule(threaded_bus, "ok", contents={"alice": {"astrid://ok/x": [text("astrid://ok/x", "fine")]}})
+    FakeCapsule(
+        threaded_bus,
+        "ok",
+        resources={"alice": [resource("astrid://ok/x")]},
+        contents={"alice": {"astrid://ok/x": [text("astrid://ok/x", "fine")]}},
+    )
     _, client = make_broker(threaded_bus, limits)
     try:
         started = time.perf_counter()
@@ -401,7 +406,7 @@ def test_read_timeout_when_a_capsule_hangs(threaded_bus, make_broker):
         elapsed = time.perf_counter() - started
         assert reply.error is not None and reply.error.code == "timeout"
         assert 0.95 < elapsed < 2.5
-        # a hanging capsule does not stop the owner of another uri from answering
+        # a hanging capsule does not stop the listed owner of another uri from answering
         started = time.perf_counter()
         assert client(ALICE).read_resource("astrid://ok/x").contents[0].text == "fine"
         assert time.perf_counter() - started < 0.8  # not the 1 s window
@@ -623,3 +628,21 @@ def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(b
     assert uris(alice.list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
     assert raw_list("third")["req_id"] == "third"
     assert len(raw_list("fourth")["resources"]) == 2
+
+
+def test_an_unlisted_uri_two_capsules_answer_goes_to_the_first_source_id_not_the_fastest(threaded_bus, make_broker, caplog):
+    uri = "astrid://shared/member-7"  # a family member nobody lists
+    for source, delay in (("src-a", 0.2), ("src-b", 0.0)):
+        FakeCapsule(
+            threaded_bus,
+            source,
+            source_id=source,
+            contents={"alice": {uri: [text(uri, f"from {source}")]}},
+            read_delay=delay,
+        )
+    _, client = make_broker(threaded_bus)
+    client(ALICE).list_resources()
+    with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
+        for _ in range(3):
+            assert client(ALICE).read_resource(uri).contents[0].text == "from src-a"
+    assert "winner=src-a loser=src-b" in caplog.text
