@@ -142,12 +142,22 @@ class Kernel:
             # during the load differs from them and is loaded next time.
             marks = {f: _fingerprint(f, _component_path(f)) for f in folders if f not in kept}
             loads = self._load_all(list(marks))
+            # A capsule's name is its identity (logs, health, source-id): the
+            # first folder in scan order keeps it, a second one is refused.
+            names = {self.capsules[f][0].name: f for f in kept if f in self.capsules}
             report: list[LoadResult] = []
             for folder in folders:
                 if folder in kept:
                     report.append(kept[folder])
                     continue
-                result, did_change = self._apply(folder, loads[folder], marks[folder])
+                loaded, remember = loads[folder], True
+                if isinstance(loaded, LoadedCapsule) and names.setdefault(loaded.name, folder) != folder:
+                    loaded = CapsuleLoadError(
+                        f"{loaded.name}: a capsule of that name is already served from {names[loaded.name]}; "
+                        f"give this one another [package] name"
+                    )
+                    remember = False  # it depends on the other folder, not on these files
+                result, did_change = self._apply(folder, loaded, marks[folder], remember=remember)
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
@@ -178,7 +188,9 @@ class Kernel:
         failure = self._failures.get(folder)
         return failure is not None and failure[0] == _fingerprint(folder, _component_path(folder))
 
-    def _apply(self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError, mark: tuple) -> tuple[LoadResult, bool]:
+    def _apply(
+        self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError, mark: tuple, *, remember: bool = True
+    ) -> tuple[LoadResult, bool]:
         current = self.capsules.get(folder)
         if isinstance(loaded, CapsuleLoadError):
             # Its caller reports it to the user (serve, `capsule list`); this is the log's copy.
@@ -186,7 +198,10 @@ class Kernel:
             if current is not None:  # keep serving nothing stale: unload the old build
                 self._unload(folder)
             result = LoadResult(folder, folder.name, False, str(loaded))
-            self._failures[folder] = (mark, result)
+            if remember:
+                self._failures[folder] = (mark, result)
+            else:
+                self._failures.pop(folder, None)
             return result, current is not None
         self._failures.pop(folder, None)
         capsule = loaded

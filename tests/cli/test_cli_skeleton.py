@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from astrid.host.toolpaths import tool_path
 

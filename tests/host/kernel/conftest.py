@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.kernel.bus import Message, Participant, Subscription
+from astrid.host.kernel.bus import Message, Participant, Principal, Subscription
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 from astrid.host.limits import Limits
 from astrid.host.toolpaths import wasm_tools
@@ -85,6 +85,15 @@ def kernel_factory(component_cache_dir: Path) -> Iterator[Callable[..., Kernel]]
 
 def client_for(kernel: Kernel) -> Participant:
     return kernel.attach_host("test-client", publish=["probe.*", "test.*"], subscribe=["test.*", "astrid.*"])
+
+
+def answers(kernel: Kernel) -> list[str]:
+    """The source-ids of the probes that answer one `probe.whoami` (one per loaded probe)."""
+    client = client_for(kernel)
+    with kernel.bus.subscribe(client, "test.whoami") as who:
+        delivery = kernel.bus.publish(client, "probe.whoami", "{}", Principal.verified("alice"))
+        delivery.wait(5)
+        return [who.recv(2).source_id for _ in range(delivery.receivers)]
 
 
 def collect(subscription: Subscription, count: int, timeout_s: float = 5.0) -> list[Message]:

@@ -15,17 +15,9 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 from astrid.host.kernel.loader import load_capsule
 
-from .conftest import client_for
+from .conftest import answers
 
 ALICE = Principal.verified("alice")
-
-
-def answers(kernel: Kernel) -> list[str]:
-    client = client_for(kernel)
-    with kernel.bus.subscribe(client, "test.whoami") as who:
-        delivery = kernel.bus.publish(client, "probe.whoami", "{}", ALICE)
-        delivery.wait(5)
-        return [who.recv(2).source_id for _ in range(delivery.receivers)]
 
 
 def test_component_replaced_by_garbage_while_serving(make_probe, kernel_factory, tmp_path) -> None:

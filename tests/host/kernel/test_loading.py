@@ -18,7 +18,7 @@ from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
 from astrid.host.kernel.manifest import ManifestError, parse_manifest
 from astrid.host.toolpaths import wasm_tools
 
-from .conftest import client_for
+from .conftest import answers, client_for
 
 BASE = {
     "package": {"name": "demo", "version": "0.1.0"},
@@ -236,3 +236,20 @@ def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(make_p
     monkeypatch.setattr(kernel_module, "load_capsule", lambda f, cache: attempts.append(f) or real_load(f, cache))
     kernel.reload()
     assert attempts == []  # the rebuilt capsule is kept as loaded, not loaded again
+
+
+def test_a_second_capsule_of_the_same_name_is_refused_until_the_first_is_gone(make_probe, kernel_factory, tmp_path) -> None:
+    first = make_probe("twin", parent=tmp_path / "a")
+    second = make_probe("twin", parent=tmp_path / "b")  # a copy: same name, same build, same source-id
+    kernel = kernel_factory([tmp_path / "a", tmp_path / "b"])
+    report = {r.folder: r for r in kernel.load_report}
+    assert report[first.resolve()].ok
+    refused = report[second.resolve()]
+    assert not refused.ok and "already served from" in refused.error and str(first.resolve()) in refused.error
+    assert len(answers(kernel)) == 1
+
+    shutil.rmtree(first)
+    report = {r.folder: r for r in kernel.reload()}
+    assert report[second.resolve()].ok  # retried although its own files did not change
+    assert [c.folder for c in kernel.loaded()] == [second.resolve()]
+    assert len(answers(kernel)) == 1
