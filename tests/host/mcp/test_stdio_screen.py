@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 import pytest
 
-from astrid.host.mcp.stdio import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, screen
+from astrid.host.mcp.stdio import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, _Pending, screen
+from astrid.host.toolpaths import tool_path
 
 
 @pytest.mark.parametrize(
@@ -39,3 +44,48 @@ def test_malformed_lines_get_the_json_rpc_error(line: str, request_id, code: int
     answer = screen(line)
     assert answer is not None
     assert (answer["id"], answer["error"]["code"]) == (request_id, code)
+
+
+def test_requests_read_before_end_of_input_are_all_answered(tmp_path) -> None:
+    """`printf '...' | astrid mcp serve`: stdin ends right after the requests;
+    the answers still come, then it exits."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
+        {"jsonrpc": "2.0", "id": "three", "method": "resources/read", "params": {"uri": "astrid://nobody/here"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "resources/templates/list"},
+    ]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "ASTRID_CAPSULE_HOME": str(home)}
+    done = subprocess.run(
+        [tool_path("astrid"), "mcp", "serve", "--principal", "alice"],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
+    assert set(answers) == {1, 2, "three", 4}, done.stderr
+    assert answers[2]["result"]["resources"] == []
+    assert answers["three"]["error"]["code"] == -32002
+    assert done.returncode == 0
+
+
+def test_pending_requests_are_settled_by_their_answer_or_their_cancellation() -> None:
+    pending = _Pending()
+    pending.read({"jsonrpc": "2.0", "id": 5, "method": "resources/list"})
+    pending.read({"jsonrpc": "2.0", "id": 'a"b', "method": "resources/read", "params": {"uri": "x"}})
+    pending.read({"jsonrpc": "2.0", "id": 6, "method": "ping"})
+    pending.read({"jsonrpc": "2.0", "method": "notifications/initialized"})  # no id: nothing to wait for
+    pending.read({"jsonrpc": "2.0", "id": 9, "result": {}})  # the client answering us: not a request
+    assert pending.ids == {5, 'a"b', 6}
+    pending.written('{"jsonrpc":"2.0","id":5,"result":{"resources":[]}}\n')
+    pending.written('{"jsonrpc":"2.0","id":"a\\"b","error":{"code":-32002,"message":"m"}}\n')
+    pending.written('{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}\n')
+    assert pending.ids == {6}
+    pending.read({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 6}})
+    assert pending.ids == set()
