@@ -57,7 +57,8 @@ def inspect_line(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | Non
     except (ValueError, RecursionError):
         return _error(None, PARSE_ERROR, "Parse error: the line is not JSON"), None
     if not isinstance(value, dict):
-        return _error(None, INVALID_REQUEST, "Invalid Request: expected one JSON-RPC object (batches are not supported)"), None
+        message = "Invalid Request: expected one JSON-RPC object (batches are not supported)"
+        return _error(None, INVALID_REQUEST, message), None
     usable_id = _usable_id(value.get("id"))
     if value.get("jsonrpc") != "2.0":
         return _error(usable_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"'), None
@@ -87,7 +88,7 @@ class _Pending:
         method = message.get("method")
         if method == "notifications/cancelled":  # no answer will come
             params = message.get("params") or {}
-            self.ids.discard(params.get("requestId"))
+            self.ids.discard(_usable_id(params.get("requestId")))
         elif isinstance(method, str) and _usable_id(message.get("id")) is not None:
             self.ids.add(message["id"])
 

@@ -87,5 +87,6 @@ def test_pending_requests_are_settled_by_their_answer_or_their_cancellation() ->
     pending.written('{"jsonrpc":"2.0","id":"a\\"b","error":{"code":-32002,"message":"m"}}\n')
     pending.written('{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}\n')
     assert pending.ids == {6}
+    pending.read({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": [6]}})  # junk
     pending.read({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 6}})
     assert pending.ids == set()
