@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(TS_STAMP): $(TS_CLIENT)/package-lock.json
 	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the TypeScript client of the interop test)" 1>&2; exit 1; }
 	@echo "installing the MCP TypeScript SDK client into $(TS_CLIENT) ..." 1>&2
-	@cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error 1>&2
+	@cd $(TS_CLIENT) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(TS_STAMP)
 
 build-capsules: $(STAMP)
