@@ -150,7 +150,7 @@ CONFIG_LOCATIONS = (
     ("Windows", r"%APPDATA%\Claude\claude_desktop_config.json"),
     ("Linux", "~/.config/Claude/claude_desktop_config.json  ($XDG_CONFIG_HOME/Claude/)"),
 )
-PASSED_ENV = ("ASTRID_CAPSULE_HOME", "ASTRID_CACHE_DIR", "ASTRID_BUILD_CACHE_DIR")
+PASSED_ENV = ("ASTRID_CAPSULE_HOME", "ASTRID_CACHE_DIR", "ASTRID_BUILD_CACHE_DIR", "ASTRID_CACHE_KEY_FILE")
 
 
 def astrid_command() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -82,3 +83,16 @@ def test_resources_list_and_read_with_real_capsules(capsules, capsule_home):
     missing = run("resources", "read", "astrid://nowhere", *where, env=env)
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: not_found:") and "Traceback" not in missing.stderr
+
+
+def test_mcp_config_carries_the_astrid_settings_of_the_shell(tmp_path):
+    """Clients start servers with a minimal environment: the entry must bring them."""
+    settings = {
+        "ASTRID_CAPSULE_HOME": str(tmp_path / "home"),
+        "ASTRID_CACHE_DIR": str(tmp_path / "cache"),
+        "ASTRID_BUILD_CACHE_DIR": str(tmp_path / "builds"),
+        "ASTRID_CACHE_KEY_FILE": str(tmp_path / "key"),
+    }
+    result = run("mcp", "config", env={**os.environ, **settings, "UNRELATED": "x"})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["mcpServers"]["astrid"]["env"] == settings

@@ -1,7 +1,8 @@
 """Interop: the MCP TypeScript SDK's client (the one Claude Desktop and the
 Inspector are built on) against `astrid mcp serve`, started as Claude Desktop
-starts it (stdio, a minimal environment). What it sees must be exactly what
-the Python SDK's client sees: the same resources, the same bytes.
+starts it: from the entry `astrid mcp config` prints, over the SDK's minimal
+environment. What it sees must be exactly what the Python SDK's client sees:
+the same resources, the same bytes.
 
 `make test` installs the client (`npm ci` in tests/e2e/ts_client).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -67,12 +69,12 @@ def assert_same_view(typescript: dict, python: dict) -> None:
 
 
 class ProbeProcess:
-    """`node probe.mjs astrid mcp serve ...`, its stdout read line by line."""
+    """`node probe.mjs claude_desktop_config.json`, its stdout read line by line."""
 
-    def __init__(self, args: list[str], env: dict[str, str], stderr: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str], stderr: Path) -> None:
         self._stderr = stderr.open("w", encoding="utf-8")
         self.process = subprocess.Popen(
-            [node(), str(CLIENT_DIR / "probe.mjs"), astrid(), *args],
+            [node(), str(CLIENT_DIR / "probe.mjs"), str(config)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
@@ -119,9 +121,19 @@ async def test_the_typescript_client_sees_what_the_python_client_sees(capsules, 
         shutil.copytree(capsules[name], live / name)
     before = await python_view(live, capsule_home, tmp_path / "python-before.log")
 
-    env = {**server_env(capsule_home), "PROBE_WAIT_MS": "30000"}
-    env.pop("PYTHONUNBUFFERED", None)
-    probe = ProbeProcess(["mcp", "serve", "--principal", "alice", "--capsules", str(live)], env, tmp_path / "ts.log")
+    # The config entry a user pastes into Claude Desktop; it carries the ASTRID_* settings.
+    config = tmp_path / "claude_desktop_config.json"
+    printed = subprocess.run(
+        [astrid(), "mcp", "config", "--capsules", str(live), "--principal", "alice"],
+        env=server_env(capsule_home),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config.write_text(printed.stdout)
+    assert json.loads(printed.stdout)["mcpServers"]["astrid"]["env"]["ASTRID_CAPSULE_HOME"] == str(capsule_home)
+    probe_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "PROBE_WAIT_MS": "30000"}
+    probe = ProbeProcess(config, probe_env, tmp_path / "ts.log")
     try:
         listed = await anyio.to_thread.run_sync(probe.next_event, 90)
         assert listed["event"] == "listed"

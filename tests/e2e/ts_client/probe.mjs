@@ -1,26 +1,29 @@
 // The MCP TypeScript SDK's client on `astrid mcp serve`, started the way
-// Claude Desktop starts a server: stdio, and only the SDK's default
-// environment plus the ASTRID_* settings (`astrid mcp config` passes those).
+// Claude Desktop starts a server from its config: the entry's command, args
+// and env over the SDK's default environment, on stdio.
 //
-//   node probe.mjs <command> [args...]
+//   node probe.mjs <claude_desktop_config.json> [server name, default astrid]
 //
 // Prints one JSON object per line on stdout:
 //   {"event": "listed", ...}   after initialize, a list and a read of every resource
 //   {"event": "changed", ...}  after the next resources/list_changed, the same again
 //   {"event": "timeout"}       if no list_changed came within WAIT_MS
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ResourceListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const WAIT_MS = Number(process.env.PROBE_WAIT_MS ?? 30000);
-const [command, ...args] = process.argv.slice(2);
+const [configFile, name = "astrid"] = process.argv.slice(2);
+const entry = JSON.parse(readFileSync(configFile, "utf8")).mcpServers[name];
 
-const env = getDefaultEnvironment();
-for (const [key, value] of Object.entries(process.env)) {
-  if (key.startsWith("ASTRID_")) env[key] = value;
-}
-const transport = new StdioClientTransport({ command, args, env, stderr: "inherit" });
+const transport = new StdioClientTransport({
+  command: entry.command,
+  args: entry.args ?? [],
+  env: { ...getDefaultEnvironment(), ...(entry.env ?? {}) },
+  stderr: "inherit",
+});
 const client = new Client({ name: "astrid-ts-probe", version: "1.0.0" });
 
 let changed;
