@@ -14,6 +14,7 @@ import click
 
 from astrid.cli.errors import UserError
 from astrid.cli.main import mcp
+from astrid.host.settings import PATH_SETTINGS
 
 log = logging.getLogger("astrid.cli")
 
@@ -150,7 +151,6 @@ CONFIG_LOCATIONS = (
     ("Windows", r"%APPDATA%\Claude\claude_desktop_config.json"),
     ("Linux", "~/.config/Claude/claude_desktop_config.json  ($XDG_CONFIG_HOME/Claude/)"),
 )
-PASSED_ENV = ("ASTRID_CAPSULE_HOME", "ASTRID_CACHE_DIR", "ASTRID_BUILD_CACHE_DIR", "ASTRID_CACHE_KEY_FILE")
 
 
 def astrid_command() -> list[str]:
@@ -169,7 +169,7 @@ def config_entry(name: str, capsule_dirs: list[Path], principal: str | None) -> 
     if principal:
         args += ["--principal", principal]
     # Clients start servers with a minimal environment: pass astrid's own settings on.
-    env = {key: os.environ[key] for key in PASSED_ENV if os.environ.get(key)}
+    env = {key: os.environ[key] for key in PATH_SETTINGS if os.environ.get(key)}
     return {"mcpServers": {name: {"command": command, "args": args, "env": env}}}
 
 

@@ -37,9 +37,9 @@ import platformdirs
 
 from astrid.capsules import SDK_DIR
 from astrid.host.kernel.manifest import ManifestError, Manifest, load_manifest
+from astrid.host.settings import BUILD_CACHE_ENV, path_setting
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
-BUILD_CACHE_ENV = "ASTRID_BUILD_CACHE_DIR"
 ENTRY_MODULE = "app"
 COMPONENTIZE_FLAGS = ("--stub-wasi",)
 # Folders and files never part of a capsule's source.
@@ -66,10 +66,7 @@ class BuildResult:
 
 
 def default_build_cache_dir() -> Path:
-    override = os.environ.get(BUILD_CACHE_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_cache_dir("astrid")) / "builds"
+    return path_setting(BUILD_CACHE_ENV, Path(platformdirs.user_cache_dir("astrid")) / "builds")
 
 
 @lru_cache(maxsize=1)

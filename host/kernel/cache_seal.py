@@ -23,18 +23,16 @@ from pathlib import Path
 
 import platformdirs
 
+from astrid.host.settings import CACHE_KEY_ENV, path_setting
+
 log = logging.getLogger(__name__)
 
-KEY_ENV = "ASTRID_CACHE_KEY_FILE"
 SUFFIX = ".seal"
 _CHUNK = 1 << 20
 
 
 def default_key_file() -> Path:
-    override = os.environ.get(KEY_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_config_dir("astrid")) / "compile-cache.key"
+    return path_setting(CACHE_KEY_ENV, Path(platformdirs.user_config_dir("astrid")) / "compile-cache.key")
 
 
 def _load_or_create_key(path: Path) -> bytes:

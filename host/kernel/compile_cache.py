@@ -26,18 +26,15 @@ from wasmtime.component import Component
 
 from astrid.host.kernel.cache_seal import CacheSeal
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
+from astrid.host.settings import CACHE_DIR_ENV, path_setting
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "ASTRID_CACHE_DIR"
 IN_PROCESS_COMPILE_MAX_BYTES = 1 << 20
 
 
 def default_cache_dir() -> Path:
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_cache_dir("astrid")) / "components"
+    return path_setting(CACHE_DIR_ENV, Path(platformdirs.user_cache_dir("astrid")) / "components")
 
 
 def cache_key(wasm_sha256: str) -> str:

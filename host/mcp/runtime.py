@@ -33,10 +33,10 @@ from astrid.host.kernel.bus import Principal, Subscription
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.mcp.frontdoor import MCP_PUBLISH, MCP_SUBSCRIBE, FrontDoorClient
 from astrid.host.mcp.server import BackendNotReady
+from astrid.host.settings import CAPSULE_HOME_ENV, path_setting
 
 log = logging.getLogger("astrid.host.mcp")
 
-CAPSULE_HOME_ENV = "ASTRID_CAPSULE_HOME"
 WATCH_INTERVAL_S = 1.0
 
 
@@ -45,10 +45,8 @@ def default_capsule_home() -> Path:
     (Linux `~/.local/share/astrid/capsules`, macOS
     `~/Library/Application Support/astrid/capsules`, Windows
     `%LOCALAPPDATA%\\astrid\\capsules`)."""
-    override = os.environ.get(CAPSULE_HOME_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_data_dir("astrid", appauthor=False)) / "capsules"
+    default = Path(platformdirs.user_data_dir("astrid", appauthor=False)) / "capsules"
+    return path_setting(CAPSULE_HOME_ENV, default).expanduser()
 
 
 def default_principal() -> str | None:
