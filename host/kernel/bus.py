@@ -196,12 +196,17 @@ class Binding:
 class Delivery:
     """Tracks the handler invocations of one published message."""
 
-    def __init__(self, message: Message, pending: int, reached: frozenset[str] = frozenset()) -> None:
+    def __init__(self, message: Message, runs: list[tuple[Binding, Message]]) -> None:
         self.message = message
-        self.receivers = pending
-        self.reached = reached  # source-ids of the participants whose handlers it was given to
-        self._pending = pending
+        self.receivers = len(runs)
+        self._runs = runs
+        self._pending = len(runs)
         self._cond = threading.Condition()
+
+    @property
+    def reached(self) -> frozenset[str]:
+        """The source-ids of the participants whose handlers it was given to."""
+        return frozenset(binding.owner.source_id for binding, _ in self._runs)
 
     def _done_one(self) -> None:
         with self._cond:
@@ -273,7 +278,7 @@ class Bus:
             self.stats.published += 1
         for subscription in subscriptions:
             subscription._offer(message)
-        delivery = Delivery(message, len(runs), frozenset(b.owner.source_id for b, _ in runs))
+        delivery = Delivery(message, runs)
         if runs:
             self.dispatcher.dispatch(runs, delivery)
         return delivery
