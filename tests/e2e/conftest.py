@@ -25,6 +25,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from astrid.capsules import CAPSULES_DIR
 from astrid.host.toolpaths import tool_path
+from tests.conftest import server_env
 
 HERE = Path(__file__).resolve().parent
 TEST_CAPSULES = HERE / "capsules"
@@ -92,21 +93,6 @@ def capsules(tmp_path_factory: pytest.TempPathFactory) -> Capsules:
     with ThreadPoolExecutor(max_workers=max(1, min(4, (os.cpu_count() or 2)))) as pool:
         list(pool.map(build, built.folders.values()))
     return built
-
-
-@pytest.fixture
-def capsule_home(tmp_path: Path) -> Path:
-    """An empty capsule home, so the user's own capsules never leak into a test."""
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
-
-
-def server_env(capsule_home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["ASTRID_CAPSULE_HOME"] = str(capsule_home)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
 
 
 @dataclass

@@ -15,13 +15,12 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tests.conftest import LineReader
 from tests.e2e.conftest import astrid, serve, server_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -78,28 +77,16 @@ class ProbeProcess:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
-            text=True,
         )
-        self.events: list[dict] = []
-        self._arrived = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            with self._arrived:
-                self.events.append(json.loads(line))
-                self._arrived.notify_all()
+        self.reader = LineReader(self.process.stdout)
 
     def next_event(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        seen = len(self.events)
-        with self._arrived:
-            # until a new line, the end of stdout, or the deadline
-            while len(self.events) == seen and self._reader.is_alive() and time.monotonic() < deadline:
-                self._arrived.wait(0.2)
-        assert len(self.events) > seen, f"the TypeScript client said nothing more; its stderr:\n{self.log()}"
-        return self.events[seen]
+        try:
+            line = self.reader.next(timeout_s)
+        except TimeoutError:
+            line = None
+        assert line is not None, f"the TypeScript client said nothing more; its stderr:\n{self.log()}"
+        return json.loads(line)
 
     def log(self) -> str:
         if not self._stderr.closed:

@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -49,6 +48,7 @@ from astrid.host.mcp.frontdoor import FrontDoorClient
 from astrid.host.mcp.runtime import Runtime, RuntimeConfig
 from astrid.host.toolpaths import componentize_py, tool_path, wasm_tools
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
+from tests.conftest import LineReader, server_env
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = REPO / "tests" / "fixtures" / "hostile"
@@ -259,51 +259,12 @@ def astrid_exe() -> str:
     return tool_path("astrid")
 
 
-def server_env(capsule_home: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["ASTRID_CAPSULE_HOME"] = str(capsule_home)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-@pytest.fixture
-def capsule_home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-
-
-class LineReader:
-    """Reads a pipe on a thread so every wait for a line is bounded."""
-
-    def __init__(self, stream) -> None:
-        import queue
-
-        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
-        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _pump(self, stream) -> None:
-        for line in iter(stream.readline, b""):
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next(self, timeout_s: float) -> bytes | None:
-        import queue
-
-        try:
-            return self.lines.get(timeout=timeout_s)
-        except queue.Empty:
-            raise TimeoutError(f"no line within {timeout_s} s") from None
 
 
 class RawServer:
