@@ -7,7 +7,7 @@ CAPSULE_DIR := capsules
 TS_CLIENT := tests/e2e/ts_client
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 
-.PHONY: serve test test-fast bench soak build-capsules clean
+.PHONY: serve test test-fast lint bench soak build-capsules clean
 
 # Set-up output goes to stderr: `make serve`'s stdout carries only JSON-RPC.
 
@@ -36,8 +36,17 @@ build-capsules: $(STAMP)
 serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs
 
-test: $(STAMP) $(TS_STAMP)
+test: lint $(TS_STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
+# import names through links under .typecheck/ (setuptools maps the folders).
+lint: $(STAMP)
+	@mkdir -p .typecheck/astrid
+	@for dir in host cli capsules wit; do ln -sfn ../../$$dir .typecheck/astrid/$$dir; done
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -49,4 +58,4 @@ soak: build-capsules
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis $(TS_CLIENT)/node_modules
+	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules

@@ -77,7 +77,9 @@ def run() -> dict:
                 }
                 if system == "astrid":
                     fresh = {"ASTRID_CACHE_DIR": str(root / f"cold-cache-{count}")}
-                    entry["startup_cold_cache"] = summary([anyio.run(drive, command, {**env, **fresh}, 0, True).startup_s])
+                    entry["startup_cold_cache"] = summary(
+                        [anyio.run(drive, command, {**env, **fresh}, 0, True).startup_s]
+                    )
                 results[system][count] = entry
             fanout = subprocess.run(
                 python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
@@ -124,7 +126,8 @@ def table(results: dict) -> str:
     small, large = results["fanout"][smallest], results["fanout"][largest]
     rows.append(
         f"| full fan-out K={largest} / K={smallest}: first / refreshed | | "
-        f"{large['first_ms'] / small['first_ms']:.2f}x / {large['refresh_median_ms'] / small['refresh_median_ms']:.2f}x | | |"
+        f"{large['first_ms'] / small['first_ms']:.2f}x / "
+        f"{large['refresh_median_ms'] / small['refresh_median_ms']:.2f}x | | |"
     )
     return "\n".join(rows)
 
@@ -138,7 +141,7 @@ def chart(results: dict, path: Path) -> None:
     metrics = ("list_first", "list_warm", "read_text", "read_blob")
     fig, axes = plt.subplots(1, len(metrics), figsize=(16, 4))
     counts = results["counts"]
-    for axis, metric in zip(axes, metrics):
+    for axis, metric in zip(axes, metrics, strict=True):
         for system, style in (("astrid", "o-"), ("baseline", "s--")):
             axis.plot(counts, [results[system][c][metric]["median_ms"] for c in counts], style, label=system)
         axis.set_title(metric)

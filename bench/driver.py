@@ -34,27 +34,26 @@ async def drive(command: list[str], env: dict[str, str], rounds: int, startup_on
     params = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **env})
     started = time.perf_counter()
     with open(os.devnull, "w") as devnull:
-        async with stdio_client(params, errlog=devnull) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                listed = await session.list_resources()
-                timings.startup_s = time.perf_counter() - started
-                timings.resources = len(listed.resources)
-                if startup_only:
-                    return timings
-                uris = [r.uri for r in listed.resources]
-                texts = [u for u in uris if "-text-" in u] or uris
-                blobs = [u for u in uris if "-blob-" in u] or uris
-                for n in range(rounds):
-                    t = time.perf_counter()
-                    await session.list_resources()
-                    timings.list_warm.append(time.perf_counter() - t)
-                    t = time.perf_counter()
-                    await session.read_resource(texts[n % len(texts)])
-                    timings.read_text.append(time.perf_counter() - t)
-                    t = time.perf_counter()
-                    await session.read_resource(blobs[n % len(blobs)])
-                    timings.read_blob.append(time.perf_counter() - t)
+        async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.list_resources()
+            timings.startup_s = time.perf_counter() - started
+            timings.resources = len(listed.resources)
+            if startup_only:
+                return timings
+            uris = [r.uri for r in listed.resources]
+            texts = [u for u in uris if "-text-" in u] or uris
+            blobs = [u for u in uris if "-blob-" in u] or uris
+            for n in range(rounds):
+                t = time.perf_counter()
+                await session.list_resources()
+                timings.list_warm.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await session.read_resource(texts[n % len(texts)])
+                timings.read_text.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await session.read_resource(blobs[n % len(blobs)])
+                timings.read_blob.append(time.perf_counter() - t)
     return timings
 
 
@@ -66,14 +65,13 @@ async def cold_list(command: list[str], env: dict[str, str], settle_s: float = 2
     """
     params = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **env})
     with open(os.devnull, "w") as devnull:
-        async with stdio_client(params, errlog=devnull) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await session.send_ping()
-                await anyio.sleep(settle_s)  # bounded: capsules load in well under this
-                t = time.perf_counter()
-                await session.list_resources()
-                return time.perf_counter() - t
+        async with stdio_client(params, errlog=devnull) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await session.send_ping()
+            await anyio.sleep(settle_s)  # bounded: capsules load in well under this
+            t = time.perf_counter()
+            await session.list_resources()
+            return time.perf_counter() - t
 
 
 def python_command(*args: str) -> list[str]:

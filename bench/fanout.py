@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from astrid.host.mcp.runtime import Runtime, RuntimeConfig
+from astrid.host.runtime import Runtime, RuntimeConfig
 
 
 def main() -> None:
@@ -36,7 +36,15 @@ def main() -> None:
         started = time.perf_counter()
         runtime.list_resources(refresh=True)
         samples.append(time.perf_counter() - started)
-    print(json.dumps({"capsules": len(kernel.loaded()), "first_ms": first * 1000, "refresh_median_ms": statistics.median(samples) * 1000}))
+    print(
+        json.dumps(
+            {
+                "capsules": len(kernel.loaded()),
+                "first_ms": first * 1000,
+                "refresh_median_ms": statistics.median(samples) * 1000,
+            }
+        )
+    )
     runtime.close()
 
 

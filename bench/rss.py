@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from astrid.host.kernel.bus import Principal
+from astrid.host.bus import Principal
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 
 
@@ -42,7 +42,9 @@ def main() -> None:
         warm(Principal.verified(f"p{n}"))
     after = rss()
     per = (after - before) / principals / capsules
-    print(json.dumps({"capsules": capsules, "principals": principals, "rss_per_capsule_per_principal_mib": per / 2**20}))
+    print(
+        json.dumps({"capsules": capsules, "principals": principals, "rss_per_capsule_per_principal_mib": per / 2**20})
+    )
     kernel.close()
 
 

@@ -14,7 +14,7 @@ from astrid.cli.main import capsule
 MANIFEST_NAME = "Capsule.toml"
 
 
-def _human_size(size: int) -> str:
+def _human_size(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1000 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -30,13 +30,21 @@ def _capsule_folders(path: Path) -> list[Path]:
         raise UserError(f"{path}: no such folder")
     found = sorted(child for child in path.iterdir() if (child / MANIFEST_NAME).is_file())
     if not found:
-        raise UserError(f"{path}: no {MANIFEST_NAME} here or in its subfolders (create one with `astrid capsule new NAME`)")
+        raise UserError(
+            f"{path}: no {MANIFEST_NAME} here or in its subfolders (create one with `astrid capsule new NAME`)"
+        )
     return found
 
 
 @capsule.command("new")
 @click.argument("name")
-@click.option("--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=None, help="Create the capsule folder inside PARENT (default: the current folder).")
+@click.option(
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Create the capsule folder inside PARENT (default: the current folder).",
+)
 def capsule_new(name: str, parent: Path | None) -> None:
     """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md)."""
     from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
@@ -84,7 +92,14 @@ class _Progress:
 
 @capsule.command("build")
 @click.argument("path", type=click.Path(path_type=Path), default=".")
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the component here instead of the manifest's [[component]] file.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the component here instead of the manifest's [[component]] file.",
+)
 @click.option("--no-precompile", is_flag=True, help="Skip compiling the component into the host's compile cache.")
 def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     """Build the capsule at PATH (or every capsule folder inside PATH) into a WebAssembly component.
@@ -114,7 +129,12 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
 
 @capsule.command("list")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("-v", "--verbose", is_flag=True, help="Also show each capsule's load time and whether it came from the compile cache.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also show each capsule's load time and whether it came from the compile cache.",
+)
 def capsule_list(paths: tuple[Path, ...], verbose: bool) -> None:
     """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load."""
     try:

@@ -8,5 +8,5 @@ import click
 class UserError(click.ClickException):
     """An error the user can fix; printed as `error: <message>`."""
 
-    def show(self, file=None) -> None:  # noqa: D102 - click API
+    def show(self, file=None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)

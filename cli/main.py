@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
+
 import click
 
+from astrid.host.errors import AstridError
 from astrid.host.version import astrid_version
 
 
@@ -47,6 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     verbose = "-v" in (argv if argv is not None else sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="astrid", standalone_mode=True)
+    except AstridError as exc:  # one of ours: its message names the cause and the fix
+        if verbose:
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except Exception as exc:  # last resort: never a traceback unless -v
         if verbose:
             raise

@@ -46,7 +46,7 @@ def principal_option(function: Callable) -> Callable:
 
 
 def resolve_principal(principal: str | None) -> str:
-    from astrid.host.mcp.runtime import default_principal
+    from astrid.host.settings import default_principal
 
     name = principal if principal is not None else default_principal()
     if not name:
@@ -57,7 +57,7 @@ def resolve_principal(principal: str | None) -> str:
 
 
 def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
-    from astrid.host.mcp.runtime import capsule_paths
+    from astrid.host.settings import capsule_paths
 
     for path in capsule_dirs:
         if not path.expanduser().exists():
@@ -69,9 +69,11 @@ def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
 
 
 def make_runtime(capsule_dirs: tuple[Path, ...], principal: str | None):
-    from astrid.host.mcp.runtime import Runtime, RuntimeConfig
+    from astrid.host.runtime import Runtime, RuntimeConfig
 
-    return Runtime(RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal)))
+    return Runtime(
+        RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal))
+    )
 
 
 def _say(message: str) -> None:
@@ -94,8 +96,8 @@ def mcp_serve(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool
     """
     import anyio
 
-    from astrid.host.mcp.runtime import default_capsule_home
     from astrid.host.mcp.server import AstridMcpServer
+    from astrid.host.settings import default_capsule_home
 
     runtime = make_runtime(capsule_dirs, principal)
     paths = runtime.config.capsule_paths
@@ -117,7 +119,7 @@ def mcp_serve(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool
 
 def _announce(runtime, watch: bool) -> None:
     """Once loaded: what is served, and how to connect (stderr)."""
-    from astrid.host.mcp.server import BackendNotReady
+    from astrid.host.errors import BackendNotReady
 
     try:
         runtime.wait_ready(3600)
@@ -194,11 +196,14 @@ def mcp_config(name: str, capsule_dirs: tuple[Path, ...], principal: str | None)
     click.echo("Merge the entry above into `mcpServers` of claude_desktop_config.json, then restart the app:", err=True)
     for system, location in CONFIG_LOCATIONS:
         click.echo(f"  {system + ':':9} {location}", err=True)
-    click.echo("The capsule home (always served when it exists) is "
-               f"{_home()}; the server runs as the OS user unless --principal is given.", err=True)
+    click.echo(
+        "The capsule home (always served when it exists) is "
+        f"{_home()}; the server runs as the OS user unless --principal is given.",
+        err=True,
+    )
 
 
 def _home() -> Path:
-    from astrid.host.mcp.runtime import default_capsule_home
+    from astrid.host.settings import default_capsule_home
 
     return default_capsule_home()

@@ -1,7 +1,7 @@
 """`astrid resources ...`: list and read as an MCP client would, without one.
 
 Runs the same kernel, broker and front doors in-process as `astrid mcp serve`
-(`astrid.host.mcp.runtime.Runtime`), so what you see here is what a client
+(`astrid.host.runtime.Runtime`), so what you see here is what a client
 gets (before the MCP reshape).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,17 +18,26 @@ from astrid.cli.errors import UserError
 from astrid.cli.main import resources
 from astrid.cli.mcp_cmd import capsules_option, make_runtime, principal_option
 
-HINTS = {
-    "not_found": "check the uri against `astrid resources list`",
-    "denied": "the read was refused by the broker's gate",
-    "timeout": "a capsule did not answer within the read window",
-    "over_limit": "the contents are over a read limit",
-    "capsule_error": "the capsule failed to serve it; run with -v for its log",
-}
+if TYPE_CHECKING:
+    from astrid.host.contract.frontdoor import FailureCode
+
+
+def _hint(code: FailureCode) -> str:
+    """What to do about a failed read, when there is something to do."""
+    from astrid.host.contract import frontdoor  # lazy: keeps `astrid --help` quick
+
+    failure = frontdoor.FailureCode
+    return {
+        failure.NOT_FOUND: "check the uri against `astrid resources list`",
+        failure.DENIED: "the read was refused by the broker's gate",
+        failure.TIMEOUT: "a capsule did not answer within the read window",
+        failure.OVER_LIMIT: "the contents are over a read limit",
+        failure.CAPSULE_ERROR: "the capsule failed to serve it; run with -v for its log",
+    }.get(code, "")
 
 
 def _started(capsule_dirs: tuple[Path, ...], principal: str | None):
-    from astrid.host.mcp.server import BackendNotReady
+    from astrid.host.errors import BackendNotReady
 
     runtime = make_runtime(capsule_dirs, principal)
     try:
@@ -41,7 +51,7 @@ def _started(capsule_dirs: tuple[Path, ...], principal: str | None):
 
 
 def _call(fn, *args):
-    from astrid.host.mcp.frontdoor import BrokerUnavailable
+    from astrid.host.errors import BrokerUnavailable
 
     try:
         return fn(*args)
@@ -50,10 +60,12 @@ def _call(fn, *args):
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(len(headers))]
+    widths = [
+        max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(len(headers))
+    ]
     widths[-1] = 0  # the last column is not padded
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines)
 
 
@@ -88,8 +100,8 @@ def resources_read(uri: str, capsule_dirs: tuple[Path, ...], principal: str | No
     with _started(capsule_dirs, principal) as runtime:
         reply = _call(runtime.read_resource, uri)
     if reply.error is not None:
-        hint = HINTS.get(reply.error.code, "")
-        raise UserError(f"{reply.error.code}: {reply.error.message}" + (f" ({hint})" if hint else ""))
+        hint = _hint(reply.error.code)
+        raise UserError(f"{reply.error.code.value}: {reply.error.message}" + (f" ({hint})" if hint else ""))
     if as_json:
         click.echo(json.dumps([c.to_wire() for c in reply.contents], indent=2, ensure_ascii=False))
         return

@@ -1,4 +1,4 @@
-"""Every limit of the resource contract (SPEC §7), in one place."""
+"""Every limit of the resource contract (docs/contract.md §7), in one place."""
 
 from __future__ import annotations
 

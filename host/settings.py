@@ -1,9 +1,16 @@
-"""Where astrid keeps its files: each place is an `ASTRID_*` variable, else a platform default."""
+"""Where astrid keeps its files and whom it serves by default.
+
+Each place is an `ASTRID_*` variable, else a platform default.
+"""
 
 from __future__ import annotations
 
+import getpass
 import os
+from collections.abc import Iterable
 from pathlib import Path
+
+import platformdirs
 
 CAPSULE_HOME_ENV = "ASTRID_CAPSULE_HOME"
 CACHE_DIR_ENV = "ASTRID_CACHE_DIR"
@@ -17,3 +24,35 @@ PATH_SETTINGS = (CAPSULE_HOME_ENV, CACHE_DIR_ENV, BUILD_CACHE_ENV, CACHE_KEY_ENV
 def path_setting(env: str, default: Path) -> Path:
     """`$env` when it is set and not empty, else `default`."""
     return Path(os.environ.get(env) or default)
+
+
+def default_capsule_home() -> Path:
+    """`$ASTRID_CAPSULE_HOME`, else the user data dir + `capsules`
+    (Linux `~/.local/share/astrid/capsules`, macOS
+    `~/Library/Application Support/astrid/capsules`, Windows
+    `%LOCALAPPDATA%\\astrid\\capsules`)."""
+    default = Path(platformdirs.user_data_dir("astrid", appauthor=False)) / "capsules"
+    return path_setting(CAPSULE_HOME_ENV, default).expanduser()
+
+
+def default_principal() -> str | None:
+    """The OS user running the process, or None when there is none."""
+    try:
+        name = getpass.getuser()
+    except Exception:  # no passwd entry, no USER: the caller asks for --principal
+        return None
+    return name or None
+
+
+def capsule_paths(extra: Iterable[Path | str] = (), *, include_home: bool = True) -> list[Path]:
+    """The capsule home (when it exists) and then every extra path, deduplicated."""
+    paths: list[Path] = []
+    if include_home:
+        home = default_capsule_home()
+        if home.is_dir():
+            paths.append(home)
+    for path in extra:
+        resolved = Path(path).expanduser().resolve()
+        if resolved not in paths:
+            paths.append(resolved)
+    return paths

@@ -1,23 +1,30 @@
-"""Shared test setup: one content-addressed cache for builds and compiled components.
+"""Shared test setup: one content-addressed cache for builds and compiled components, and the shared fixtures.
 
 Builds (componentize-py, ~8 s each) and compiled components (~5 s each) are
 cached by content hash under `.cache/` in the work tree, so only the first run
-on a machine pays for them.
+on a machine pays for them. The helpers these fixtures use live in
+`tests/support/`.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from astrid.capsules import CAPSULES_DIR
+from tests.support.capsules import BUNDLED, Built, build_clean
+from tests.support.paths import FIXTURES, REPO
+
 CACHE_ROOT = Path(os.environ.get("ASTRID_TEST_CACHE", REPO / ".cache"))
 os.environ.setdefault("ASTRID_CACHE_DIR", str(CACHE_ROOT / "components"))
 os.environ.setdefault("ASTRID_BUILD_CACHE_DIR", str(CACHE_ROOT / "builds"))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture(scope="session")
@@ -35,27 +42,33 @@ def capsule_home(tmp_path: Path) -> Path:
     return home
 
 
-def server_env(capsule_home: Path, **extra: str) -> dict[str, str]:
-    """The environment of an `astrid mcp serve` a test starts (unbuffered stderr)."""
-    return {**os.environ, "ASTRID_CAPSULE_HOME": str(capsule_home), "PYTHONUNBUFFERED": "1", **extra}
+# -- real capsules, built once per session (content-hash cached) ------------------------------
 
 
-class LineReader:
-    """Reads a binary pipe on a thread so every wait for a line is bounded."""
+@pytest.fixture(scope="session")
+def bundled_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
+    """The bundled capsules (`BUNDLED`), copied clean and built with `astrid capsule build`'s code path."""
+    root = tmp_path_factory.mktemp("bundled")
+    return {name: build_clean(CAPSULES_DIR / name, root / name) for name in BUNDLED}
 
-    def __init__(self, stream) -> None:
-        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
-        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
-        self._thread.start()
 
-    def _pump(self, stream) -> None:
-        for line in iter(stream.readline, b""):
-            self.lines.put(line)
-        self.lines.put(None)
+@pytest.fixture(scope="session")
+def bundled(bundled_built: dict[str, Built]) -> list[Path]:
+    """The built bundled capsules' folders, in `BUNDLED` order (docs first)."""
+    return [bundled_built[name].folder for name in BUNDLED]
 
-    def next(self, timeout_s: float) -> bytes | None:
-        """The next line, or None at end of stream; TimeoutError when none comes in time."""
-        try:
-            return self.lines.get(timeout=timeout_s)
-        except queue.Empty:
-            raise TimeoutError(f"no line within {timeout_s} s") from None
+
+@pytest.fixture(scope="session")
+def built_docs(bundled_built: dict[str, Built]) -> Built:
+    return bundled_built["docs"]
+
+
+@pytest.fixture(scope="session")
+def built_introspect(bundled_built: dict[str, Built]) -> Built:
+    return bundled_built["introspect"]
+
+
+@pytest.fixture(scope="session")
+def built_faulty(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """tests/fixtures/faulty: handlers that raise, return the wrong type or too much."""
+    return build_clean(FIXTURES / "faulty", tmp_path_factory.mktemp("faulty") / "faulty")

@@ -4,9 +4,9 @@ One build serves every benchmark capsule: `[config] index` in each copy's
 Capsule.toml picks its URIs, so K capsules cost one componentize-py build.
 """
 
-from astrid_sdk import Capsule, NotFound, Resource
+from payloads import BLOB, TEXT, keys_for
 
-from payloads import BLOB, TEXT, TEXT_COUNT, BLOB_COUNT, keys_for
+from astrid_sdk import Capsule, NotFound, Resource
 
 capsule = Capsule("bench")
 

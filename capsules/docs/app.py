@@ -47,7 +47,9 @@ def _summary(markdown: str) -> str:
 PAGES = _load_pages()
 with open(os.path.join(HERE, "assets", "logo.png"), "rb") as _handle:
     LOGO = _handle.read()
-LOGO_ICON = Icon("data:image/png;base64," + base64.b64encode(LOGO).decode(), mime_type="image/png", sizes=["16x16"], theme="light")
+LOGO_ICON = Icon(
+    "data:image/png;base64," + base64.b64encode(LOGO).decode(), mime_type="image/png", sizes=["16x16"], theme="light"
+)
 
 capsule = Capsule("docs")
 
@@ -105,7 +107,9 @@ def list_pages(ctx):
             description=_summary(markdown) or None,
             mime_type="text/markdown",
             size=len(markdown.encode("utf-8")),
-            annotations=Annotations(audience=["user", "assistant"], priority=1.0 if key == "index" else 0.5, last_modified=UPDATED),
+            annotations=Annotations(
+                audience=["user", "assistant"], priority=1.0 if key == "index" else 0.5, last_modified=UPDATED
+            ),
             icons=[LOGO_ICON],
             meta={"dev.astrid/kind": "page"},
         )

@@ -11,14 +11,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from astrid.host.bus import Principal
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.kernel.bus import Principal
 
 
 @dataclass(frozen=True)
 class Snapshot:
     resources: tuple[ResourceDefinition, ...]
-    owners: dict[str, str] = field(default_factory=dict)  # uri -> source-id (a hint, not a route)
+    # uri -> source-id: a listed uri is read from this owner only (docs/contract.md §5.3)
+    owners: dict[str, str] = field(default_factory=dict)
     stale: bool = False
     generation: int = 0
 

@@ -1,7 +1,7 @@
 """The pure core of a describe round: drained replies in, one snapshot out.
 
 No bus here: `merge_round` takes the messages a round drained (in arrival
-order) and applies SPEC §5 and §7 in a fixed order:
+order) and applies docs/contract.md §5 and §7 in a fixed order:
 
 1. drop replies whose envelope principal is not the invoking principal;
 2. honour at most one reply per envelope source-id (a second is dropped and
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from astrid.host.contract._base import check_meta
+from astrid.host.bus import Message, Principal
+from astrid.host.contract._base import strip_bad_meta
 from astrid.host.contract.resource import DescribeResponse, ResourceDefinition
-from astrid.host.kernel.bus import Message, Principal
 from astrid.host.limits import Limits
 
 log = logging.getLogger("astrid.host.broker")
@@ -70,18 +70,6 @@ def _entries(payload: str) -> list[object] | str:
     if not isinstance(resources, list):
         return "no `resources` array"
     return resources
-
-
-def strip_bad_meta(record: object, limits: Limits, where: str) -> object:
-    """SPEC §7: a `meta` over the cap or not encoding a JSON object loses the field, not the record."""
-    if not isinstance(record, dict) or not isinstance(record.get("meta"), str):
-        return record
-    try:
-        check_meta(record["meta"], limits.meta_bytes)
-    except ValueError as exc:
-        log.warning("%s: meta dropped: %s", where, exc)
-        return {key: value for key, value in record.items() if key != "meta"}
-    return record
 
 
 def merge_round(principal: Principal, messages: Iterable[Message], limits: Limits) -> RoundResult:

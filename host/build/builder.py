@@ -36,7 +36,8 @@ from typing import TypeVar
 import platformdirs
 
 from astrid.capsules import SDK_DIR
-from astrid.host.kernel.manifest import ManifestError, Manifest, load_manifest
+from astrid.host.errors import BuildError
+from astrid.host.kernel.manifest import Manifest, ManifestError, load_manifest
 from astrid.host.settings import BUILD_CACHE_ENV, path_setting
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
@@ -48,10 +49,6 @@ _SKIP_SUFFIXES = {".wasm", ".cwasm", ".pyc", ".pyo", ".tmp"}
 
 T = TypeVar("T")
 Progress = Callable[[str, float], None]
-
-
-class BuildError(Exception):
-    """A build that failed; the message is one line naming the file and the cause."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +224,7 @@ def _precompile(target: Path, progress: Progress | None) -> Path | None:
         if cache.entry_for(target).exists():
             return cache.precompile(target)
         return _with_ticks("compile", lambda: cache.precompile(target), progress)
-    except Exception as exc:  # noqa: BLE001 - the build itself succeeded
+    except Exception as exc:
         raise BuildError(f"{_show(target)}: built, but wasmtime cannot compile it: {_last_line(str(exc))}") from None
 
 
@@ -244,7 +241,9 @@ def _componentize(
         cache.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
     except OSError as exc:
-        raise BuildError(f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})") from None
+        raise BuildError(
+            f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
+        ) from None
     wasm = scratch / f"{manifest.name}.wasm"
     command = [
         componentize_py(),
@@ -277,7 +276,7 @@ def _with_ticks(phase: str, function: Callable[[], T], progress: Progress | None
     def work() -> None:
         try:
             outcome.append((True, function()))
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:
             outcome.append((False, exc))
 
     started = time.perf_counter()
@@ -305,7 +304,9 @@ def _run(command: list[str], env: dict[str, str], cwd: Path, progress: Progress 
     except OSError as exc:
         raise BuildError(f"cannot run componentize-py: {exc.strerror or exc} (reinstall astrid-py)") from None
     chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stdout.read(65536), b"")), daemon=True)
+    output = process.stdout
+    assert output is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: output.read(65536), b"")), daemon=True)
     reader.start()
     try:
         while True:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from astrid.capsules import CAPSULES_DIR
+from astrid.host.errors import ScaffoldError
 
 TEMPLATES_DIR = CAPSULES_DIR / "templates"
 # template file -> file in the new capsule
@@ -16,10 +17,6 @@ TEMPLATES = {
     "README.md.tmpl": "README.md",
 }
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-
-
-class ScaffoldError(Exception):
-    """A capsule that cannot be created; one line naming the cause and the fix."""
 
 
 def scaffold_capsule(name: str, parent: Path | None = None) -> Path:

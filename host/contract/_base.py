@@ -1,4 +1,4 @@
-"""The JSON encoding rule shared by every bus record (SPEC §4).
+"""The JSON encoding rule shared by every bus record (docs/contract.md §4).
 
 snake_case keys, options absent or null, unknown keys ignored, a value of the
 wrong type rejects the whole message (strict: no "1" -> 1 coercion).
@@ -9,11 +9,18 @@ configurable in one place; without a context the defaults apply.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import logging
+from typing import Annotated, Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
 from astrid.host.limits import DEFAULT_LIMITS, Limits
+
+# Bad metadata is dropped where the broker takes a capsule's reply in: log it there.
+log = logging.getLogger("astrid.host.broker")
+
+# A text field, required or optional: a check hands back what it was given.
+_Text = TypeVar("_Text", str, str | None)
 
 
 class WireModel(BaseModel):
@@ -48,7 +55,7 @@ def utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def check_bytes(value: str | None, limit: int, what: str) -> str | None:
+def check_bytes(value: _Text, limit: int, what: str) -> _Text:
     if value is not None and utf8_len(value) > limit:
         raise ValueError(f"{what} is longer than {limit} bytes")
     return value
@@ -66,3 +73,19 @@ def check_meta(value: str | None, limit: int) -> str | None:
     if not isinstance(decoded, dict):
         raise ValueError("meta must encode a JSON object")
     return value
+
+
+@overload
+def strip_bad_meta(record: dict[str, Any], limits: Limits, where: str) -> dict[str, Any]: ...
+@overload
+def strip_bad_meta(record: object, limits: Limits, where: str) -> object: ...
+def strip_bad_meta(record: object, limits: Limits, where: str) -> object:
+    """docs/contract.md §7: a `meta` over the cap or not encoding a JSON object loses the field, not the record."""
+    if not isinstance(record, dict) or not isinstance(record.get("meta"), str):
+        return record
+    try:
+        check_meta(record["meta"], limits.meta_bytes)
+    except ValueError as exc:
+        log.warning("%s: meta dropped: %s", where, exc)
+        return {key: value for key, value in record.items() if key != "meta"}
+    return record

@@ -6,8 +6,6 @@ from typing import Literal
 
 from astrid.host.contract._base import WireModel
 
-CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
-
 
 class CapsuleInfo(WireModel):
     name: str

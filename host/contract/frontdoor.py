@@ -1,26 +1,28 @@
-"""Messages between the MCP server and the broker (SPEC §6 front doors)."""
+"""Messages between a front-door client and the broker (docs/contract.md §6)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import WireModel
 from astrid.host.contract.resource import ResourceChunk, ResourceDefinition
-from astrid.host.topics import is_clean_segment
-
-LIST_TOPIC = "astrid.v1.request.mcp.resources.list"
-READ_TOPIC = "astrid.v1.request.mcp.resource.read"
-REPLY_PREFIX = "astrid.v1.response."
-
-# Symbolic failure kinds; the MCP server maps them to JSON-RPC codes for the
-# negotiated protocol revision.
-ErrorKind = Literal["not_found", "denied", "timeout", "over_limit", "capsule_error", "invalid_request", "internal"]
 
 
-def reply_topic(req_id: str) -> str:
-    return REPLY_PREFIX + req_id
+class FailureCode(StrEnum):
+    """Why a front-door request failed; the MCP server maps each to a JSON-RPC
+    error for the negotiated protocol revision."""
+
+    NOT_FOUND = "not_found"
+    DENIED = "denied"
+    TIMEOUT = "timeout"
+    OVER_LIMIT = "over_limit"
+    CAPSULE_ERROR = "capsule_error"
+    INVALID_REQUEST = "invalid_request"
+    INTERNAL = "internal"
 
 
 class _Request(WireModel):
@@ -45,8 +47,11 @@ class ReadResourceRequest(_Request):
     uri: str
 
 
-class FrontDoorError(WireModel):
-    code: ErrorKind
+class FrontDoorFailure(WireModel):
+    """The failure part of a front-door reply (data, not an exception)."""
+
+    # Not strict: the code arrives as its JSON string and becomes the enum.
+    code: FailureCode = Field(strict=False)
     message: str
 
 
@@ -55,7 +60,7 @@ class ListResourcesReply(WireModel):
     req_id: str
     resources: list[ResourceDefinition] = []
     # Set (and `resources` empty) only when the broker itself failed.
-    error: FrontDoorError | None = None
+    error: FrontDoorFailure | None = None
 
 
 class ReadResourceReply(WireModel):
@@ -63,4 +68,4 @@ class ReadResourceReply(WireModel):
     req_id: str
     uri: str
     contents: list[ResourceChunk] = []
-    error: FrontDoorError | None = None
+    error: FrontDoorFailure | None = None

@@ -6,12 +6,12 @@ fails when these drift from them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
+from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import F32, U32, WireModel, check_bytes, check_meta, limits_of
-from astrid.host.topics import is_clean_segment
 
 ResourceRole = Literal["user", "assistant"]
 IconTheme = Literal["light", "dark"]
@@ -59,7 +59,7 @@ class ResourceDefinition(WireModel):
     @field_validator("icons")
     @classmethod
     def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
-        return value[: limits_of(info).icons_per_definition]  # extras dropped (SPEC §7)
+        return value[: limits_of(info).icons_per_definition]  # extras dropped (docs/contract.md §7)
 
     @field_validator("meta")
     @classmethod
@@ -125,7 +125,7 @@ def is_base64(value: str) -> bool:
     return len(raw) % 4 == 0 and len(raw) - len(body) <= 2 and not body.translate(None, _BASE64_ALPHABET)
 
 
-ResourceChunk = Annotated[Union[TextChunk, BlobChunk], Field(discriminator="type")]
+ResourceChunk = Annotated[TextChunk | BlobChunk, Field(discriminator="type")]
 chunk_adapter: TypeAdapter[TextChunk | BlobChunk] = TypeAdapter(ResourceChunk)
 
 
@@ -160,7 +160,7 @@ class ReadResponse(WireModel):
     meta: str | None = None
 
     @model_validator(mode="after")
-    def _error_means_no_contents(self) -> "ReadResponse":
+    def _error_means_no_contents(self) -> ReadResponse:
         if self.error is not None and self.contents:
             raise ValueError("contents must be empty when error is set")
         return self

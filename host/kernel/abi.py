@@ -5,21 +5,27 @@ Store context. Host imports never raise into the guest: an exception in a
 host callback traps the guest and is re-raised on some other thread (the
 parked exception is module-global in wasmtime-py), so every failure becomes an
 `error-code` (ipc) or an `err` string (sys).
+
+The store registry (`store_key`, `bind_store`, `component_of`) maps a Store to
+the component instantiated in it, for `fastpath`'s per-component signature
+cache; it is module-global because the host-call trampoline is too. The
+required `wasmtime_patches` (and the optional `fastpath`) are installed before
+the Linker gets its functions: `add_func` binds the trampoline in place then.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from wasmtime.component import Linker, Record, ResourceAny, ResourceHost, ResourceType, Variant
+from wasmtime.component import Component, Linker, Record, ResourceAny, ResourceHost, ResourceType, Variant
 
-from astrid.host.kernel import fastpath
-from astrid.host.kernel.bus import Bus, BusError, Message, Principal, Subscription
-from astrid.host.kernel.fastpath import store_key
+from astrid.host.bus import Bus, BusError, IpcErrorCode, Message, Principal, Subscription
+from astrid.host.kernel import fastpath, wasmtime_patches
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -32,7 +38,35 @@ POLL_BATCH = 256
 RECV_CAP_S = 60.0
 PUBLISHES_PER_CALL = 256
 PUBLISH_BYTES_PER_CALL = 8 << 20  # what one call may put in subscriber queues
-LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+LOG_LEVELS = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+# Store identity -> the Component instantiated in it (between register and release).
+_store_components: dict[int, Component] = {}
+
+
+def store_key(store: Any) -> int:
+    """Identity of a Store, the same from a host callback and from outside."""
+    return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
+
+
+def bind_store(store: Any, component: Component) -> None:
+    _store_components[store_key(store)] = component
+
+
+def unbind_store(store: Any) -> None:
+    _store_components.pop(store_key(store), None)
+
+
+def component_of(store: Any) -> Component | None:
+    """The component instantiated in `store`, or None for a Store the ABI does not know."""
+    return _store_components.get(store_key(store))
 
 
 def record(**fields: Any) -> Record:
@@ -50,17 +84,21 @@ def attribution(principal: Principal) -> Variant:
 
 
 def error(code: str, detail: str | None = None) -> Variant:
-    return Variant("unknown", detail or code) if code == "unknown" else Variant(code)
+    """An `astrid:ipc` error-code value (`code` is an `IpcErrorCode`, or a `BusError.code`)."""
+    case = str(code)  # the plain case name: wasmtime lowers variants by tag string
+    return Variant(case, detail or case) if code == IpcErrorCode.UNKNOWN else Variant(case)
 
 
 class HostAbi:
     def __init__(self, engine: Any, bus: Bus) -> None:
         self.bus = bus
-        self._instances: dict[int, "Instance"] = {}
-        self._subs: dict[int, tuple["Instance", Subscription]] = {}
+        self._instances: dict[int, Instance] = {}
+        self._subs: dict[int, tuple[Instance, Subscription]] = {}
         self._reps = itertools.count(1)
         self._lock = threading.Lock()
-        fastpath.install()  # before add_func: it swaps the host-call trampoline
+        # Both before add_func, which binds the host-call trampoline they swap.
+        wasmtime_patches.install()  # required fixes; refuses an unknown wasmtime
+        fastpath.install(component_of)  # optional speed-ups (ASTRID_NO_FASTPATH=1 turns them off)
         self.linker = Linker(engine)
         with self.linker.root() as root:
             with root.add_instance("astrid:ipc/host@1.0.0") as ipc:
@@ -77,14 +115,14 @@ class HostAbi:
 
     # -- instance registry ---------------------------------------------------
 
-    def register(self, instance: "Instance") -> None:
+    def register(self, instance: Instance) -> None:
         with self._lock:
             self._instances[store_key(instance.store)] = instance
-        fastpath.bind_store(instance.store, instance.capsule.component)
+        bind_store(instance.store, instance.capsule.component)
 
-    def release(self, instance: "Instance") -> None:
+    def release(self, instance: Instance) -> None:
         """Forget an instance and close what it still holds (no destructor runs on close or trap)."""
-        fastpath.unbind_store(instance.store)
+        unbind_store(instance.store)
         with self._lock:
             self._instances.pop(store_key(instance.store), None)
             doomed = [rep for rep, (owner, _) in self._subs.items() if owner is instance]
@@ -92,11 +130,11 @@ class HostAbi:
         for subscription in subscriptions:
             subscription.close()
 
-    def live_subscriptions(self, instance: "Instance") -> int:
+    def live_subscriptions(self, instance: Instance) -> int:
         with self._lock:
             return sum(1 for owner, _ in self._subs.values() if owner is instance)
 
-    def _instance(self, store: Any) -> "Instance":
+    def _instance(self, store: Any) -> Instance:
         return self._instances[store_key(store)]
 
     def _own(self, store: Any, handle: ResourceAny) -> Subscription | None:
@@ -119,7 +157,7 @@ class HostAbi:
                 call.publishes += 1
                 call.published_bytes += len(payload)
                 if call.publishes > PUBLISHES_PER_CALL or call.published_bytes > PUBLISH_BYTES_PER_CALL:
-                    return error("rate-limited")
+                    return error(IpcErrorCode.RATE_LIMITED)
             principal = call.message.principal if call is not None else instance.principal
             self.bus.publish(instance.capsule_participant, topic, payload, principal)
             return None
@@ -127,13 +165,13 @@ class HostAbi:
             log.debug("publish refused: %s", exc)
             return error(exc.code)
         except Exception as exc:  # never raise into the guest
-            return error("unknown", f"{type(exc).__name__}: {exc}")
+            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
     def _subscribe(self, store: Any, pattern: str) -> Any:
         try:
             instance = self._instance(store)
             if self.live_subscriptions(instance) >= MAX_SUBSCRIPTIONS:
-                return error("quota")
+                return error(IpcErrorCode.QUOTA)
             call = instance.current
             scope = call.message.principal if call is not None else instance.principal
             subscription = self.bus.subscribe(instance.capsule_participant, pattern, principal_scope=scope)
@@ -144,7 +182,7 @@ class HostAbi:
         except BusError as exc:
             return error(exc.code)
         except Exception as exc:
-            return error("unknown", f"{type(exc).__name__}: {exc}")
+            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
     def _envelope(self, subscription: Subscription, messages: list[Message]) -> Record:
         dropped, lagged = subscription.take_counters()
@@ -164,26 +202,26 @@ class HostAbi:
         try:
             subscription = self._own(store, handle)
             if subscription is None or subscription.closed:
-                return error("closed")
+                return error(IpcErrorCode.CLOSED)
             return self._envelope(subscription, subscription.poll(POLL_BATCH))
         except Exception as exc:
-            return error("unknown", f"{type(exc).__name__}: {exc}")
+            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
     def _recv(self, store: Any, handle: ResourceAny, timeout_ms: int) -> Any:
         try:
             subscription = self._own(store, handle)
             if subscription is None or subscription.closed:
-                return error("closed")
+                return error(IpcErrorCode.CLOSED)
             # The epoch cannot interrupt a host call: bound the wait by the
             # time the current guest call has left.
             instance = self._instance(store)
             wait_s = min(timeout_ms / 1000.0, RECV_CAP_S, instance.remaining_call_time())
             message = subscription.recv(wait_s)
             if message is None:
-                return error("closed") if subscription.closed else error("timeout")
+                return error(IpcErrorCode.CLOSED) if subscription.closed else error(IpcErrorCode.TIMEOUT)
             return self._envelope(subscription, [message])
         except Exception as exc:
-            return error("unknown", f"{type(exc).__name__}: {exc}")
+            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
     def _drop_subscription(self, store: Any, rep: int) -> None:
         try:
@@ -229,4 +267,3 @@ class HostAbi:
 
     def _clock_ms(self, store: Any) -> int:
         return int(time.time() * 1000)
-

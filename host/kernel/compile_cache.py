@@ -136,7 +136,7 @@ class CompileCache:
             return False
         return entry.exists()
 
-    def _store(self, entry: Path, data: bytes) -> None:
+    def _store(self, entry: Path, data: bytes | bytearray) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomically(entry, data)
@@ -164,7 +164,7 @@ def shared_seal() -> CacheSeal:
         return _seal
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes | bytearray) -> None:
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
         tmp.write(data)
     os.replace(tmp.name, path)

@@ -11,7 +11,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from astrid.host.kernel.bus import Binding, Delivery, Dispatcher, Message
+from astrid.host.bus import Binding, Dispatcher, InMemoryDelivery, Message
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class PoolDispatcher(Dispatcher):
         self._capsules = ThreadPoolExecutor(workers, thread_name_prefix="astrid-capsule")
         self._host = ThreadPoolExecutor(host_workers, thread_name_prefix="astrid-host")
 
-    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: Delivery) -> None:
+    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: InMemoryDelivery) -> None:
         for binding, message in runs:
             if binding.inline:
                 self._run(binding, message, delivery)
@@ -31,7 +31,7 @@ class PoolDispatcher(Dispatcher):
             try:
                 pool.submit(self._run, binding, message, delivery)
             except RuntimeError:  # shutting down
-                delivery._done_one()
+                delivery.handler_finished()
 
     def background(self, task, *args) -> None:
         """Run `task(*args)` on the capsule pool (start-up work such as prewarming)."""
@@ -41,13 +41,13 @@ class PoolDispatcher(Dispatcher):
             pass
 
     @staticmethod
-    def _run(binding: Binding, message: Message, delivery: Delivery) -> None:
+    def _run(binding: Binding, message: Message, delivery: InMemoryDelivery) -> None:
         try:
             binding.handler(message)
         except Exception:
             log.exception("handler of %s for %s failed", binding.owner.name, message.topic)
         finally:
-            delivery._done_one()
+            delivery.handler_finished()
 
     def close(self) -> None:
         self._capsules.shutdown(wait=False, cancel_futures=True)

@@ -4,6 +4,9 @@ Every guest call is bounded in wall time by an epoch deadline: the ticker
 increments the engine's epoch every `TICK_S`, and each call sets its deadline
 in ticks before entering the guest (a Store with epochs on and no deadline
 traps at once, even while instantiating).
+
+Creating an engine installs the required `wasmtime_patches`, so a wasmtime
+they do not know is refused before anything is compiled for it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from functools import lru_cache
 
 import wasmtime
 
+from astrid.host.kernel import wasmtime_patches
+
 TICK_S = 0.01
 # Anything that changes the compiled code must be in the cache key.
 ENGINE_FLAGS = "epoch_interruption=1;cranelift"
@@ -21,6 +26,7 @@ ENGINE_FLAGS = "epoch_interruption=1;cranelift"
 
 class WasmEngine:
     def __init__(self) -> None:
+        wasmtime_patches.install()  # raises on a wasmtime version the patches were not written for
         config = wasmtime.Config()
         config.epoch_interruption = True
         self.engine = wasmtime.Engine(config)

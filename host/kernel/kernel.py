@@ -6,6 +6,12 @@
     kernel.bus.publish(client, topic, payload, Principal.verified("alice"))
     kernel.reload()                     # rescan folders after a change
     kernel.close()
+
+Each capsule folder has one record: a `CapsuleSlot` while its capsule is
+served (the capsule, its bus participant, its load result and the files'
+fingerprint when it was loaded), or a `FailedSlot` while it fails to load.
+A folder whose files are untouched keeps its record on reload: nothing is
+re-read, re-hashed or recompiled for it.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsuleInfo, CapsulesLoaded
+from astrid.host.bus import Binding, BusError, InMemoryBus, Message, Participant, Principal, host_participant
+from astrid.host.bus.topics import is_clean_segment
+from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX, INVENTORY_REQUEST, KERNEL
 from astrid.host.kernel.abi import HostAbi
-from astrid.host.kernel.bus import Binding, Bus, BusError, Message, Participant, Principal, host_participant
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
@@ -30,14 +39,11 @@ from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-from astrid.host.topics import is_clean_segment
 from astrid.host.version import astrid_version
 
 log = logging.getLogger(__name__)
 
-INVENTORY_REQUEST = "astrid.v1.request.capsules"
 LOAD_WORKERS = 4
-INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
 
 
 @dataclass
@@ -59,6 +65,31 @@ class LoadResult:
     from_cache: bool = False
 
 
+# What a rebuild, an edit or a chmod changes in a capsule folder (see `_fingerprint`).
+Fingerprint = tuple
+
+
+@dataclass(frozen=True)
+class CapsuleSlot:
+    """A served capsule folder: the capsule, the participant its handlers are bound as,
+    its load result, and the folder's fingerprint taken just before it was loaded."""
+
+    capsule: LoadedCapsule
+    participant: Participant
+    result: LoadResult
+    fingerprint: Fingerprint
+
+
+@dataclass(frozen=True)
+class FailedSlot:
+    """A folder whose capsule failed to load, with the files as they were: it is
+    tried again only once they change (a broken 30 MB component is not
+    recompiled on every unrelated reload)."""
+
+    fingerprint: Fingerprint
+    result: LoadResult
+
+
 class Kernel:
     def __init__(self, config: KernelConfig | None = None, engine: WasmEngine | None = None) -> None:
         self.config = config or KernelConfig()
@@ -66,25 +97,15 @@ class Kernel:
         self.wasm = engine or shared_engine()
         self.cache = CompileCache(self.config.cache_dir, self.wasm)
         self.dispatcher = PoolDispatcher()
-        self.bus = Bus(self.dispatcher, max_payload_bytes=self.limits.bus_message_bytes)
+        self.bus = InMemoryBus(self.dispatcher, max_payload_bytes=self.limits.bus_message_bytes)
         self.abi = HostAbi(self.wasm.engine, self.bus)
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
-        self.capsules: dict[Path, tuple[LoadedCapsule, Participant]] = {}
+        self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
+        self._failures: dict[Path, FailedSlot] = {}
         self.load_report: list[LoadResult] = []
-        self._results: dict[Path, LoadResult] = {}
-        self._fingerprints: dict[Path, tuple] = {}
-        # A capsule that failed to load, with the files as they were: it is
-        # tried again only once they change (a broken 30 MB component is not
-        # recompiled on every unrelated reload).
-        self._failures: dict[Path, tuple[tuple, LoadResult]] = {}
         self.principals: set[Principal] = set()
         self._lock = threading.RLock()
-        self.participant = host_participant(
-            "kernel",
-            f"kernel-{uuid.uuid4().hex}",
-            publish=[CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"],
-            subscribe=[INVENTORY_REQUEST],
-        )
+        self.participant = KERNEL.participant()
         self.bus.bind(Binding(self.participant, INVENTORY_REQUEST, self._answer_inventory, inline=True))
 
     # -- lifecycle ---------------------------------------------------------------
@@ -96,7 +117,7 @@ class Kernel:
         self.sandboxes.close()
         self.dispatcher.close()
 
-    def attach_host(self, name: str, publish: list[str] = (), subscribe: list[str] = ()) -> Participant:  # type: ignore[assignment]
+    def attach_host(self, name: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:
         """A host-native participant (broker, MCP server, test client) with its own source-id."""
         return host_participant(name, f"{name}-{uuid.uuid4().hex}", publish, subscribe)
 
@@ -106,14 +127,14 @@ class Kernel:
         principal = Principal.verified(name)
         with self._lock:
             self.principals.add(principal)
-            installed = list(self.capsules.values())
-        self._prewarm(installed, [principal])
+            served = list(self.capsules.values())
+        self._prewarm(served, [principal])
         return principal
 
-    def _prewarm(self, installed: list[tuple[LoadedCapsule, Participant]], principals: list[Principal]) -> None:
-        for capsule, participant in installed:
+    def _prewarm(self, slots: list[CapsuleSlot], principals: list[Principal]) -> None:
+        for slot in slots:
             for principal in principals:
-                self.dispatcher.background(self.sandboxes.prewarm, capsule, participant, principal)
+                self.dispatcher.background(self.sandboxes.prewarm, slot.capsule, slot.participant, principal)
 
     # -- loading -----------------------------------------------------------------
 
@@ -128,45 +149,64 @@ class Kernel:
         """
         with self._lock:
             folders = discover_capsules(self.config.capsule_paths)
-            changed = False
-            for folder in list(self.capsules):
-                if folder not in folders:
-                    self._unload(folder)
-                    changed = True
-            for folder in list(self._failures):
-                if folder not in folders:
-                    del self._failures[folder]
-            kept = {f: self._results[f] for f in folders if f in self.capsules and self._unchanged(f)}
-            kept |= {f: self._failures[f][1] for f in folders if f not in self.capsules and self._still_failing(f)}
+            changed = self._forget_removed(folders)
+            kept = self._untouched(folders)
             # Fingerprints are taken before loading: a rebuild that lands
             # during the load differs from them and is loaded next time.
             marks = {f: _fingerprint(f, _component_path(f)) for f in folders if f not in kept}
             loads = self._load_all(list(marks))
             # A capsule's name is its identity (logs, health, source-id): the
             # first folder in scan order keeps it, a second one is refused.
-            names = {self.capsules[f][0].name: f for f in kept if f in self.capsules}
+            names = {self.capsules[f].capsule.name: f for f in kept if f in self.capsules}
             report: list[LoadResult] = []
             for folder in folders:
                 if folder in kept:
                     report.append(kept[folder])
                     continue
-                loaded, remember = loads[folder], True
-                if isinstance(loaded, LoadedCapsule) and names.setdefault(loaded.name, folder) != folder:
-                    loaded = CapsuleLoadError(
+                loaded = loads[folder]
+                if isinstance(loaded, CapsuleLoadError):
+                    result, did_change = self._fail(folder, loaded, marks[folder])
+                elif names.setdefault(loaded.name, folder) != folder:
+                    refusal = CapsuleLoadError(
                         f"{loaded.name}: a capsule of that name is already served from {names[loaded.name]}; "
                         f"give this one another [package] name"
                     )
-                    remember = False  # it depends on the other folder, not on these files
-                result, did_change = self._apply(folder, loaded, marks[folder], remember=remember)
+                    # Not remembered: it depends on the other folder, not on these files.
+                    result, did_change = self._fail(folder, refusal, marks[folder], remember=False)
+                else:
+                    result, did_change = self._serve(folder, loaded, marks[folder])
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
-            fresh = [entry for entry in self.capsules.values() if self.sandboxes.live_instances(entry[0].source_id) == 0]
+            fresh = [s for s in self.capsules.values() if self.sandboxes.live_instances(s.capsule.source_id) == 0]
             principals = sorted(self.principals, key=str)
         self._prewarm(fresh, principals)
         if changed:
             self.announce()
         return report
+
+    def _forget_removed(self, folders: list[Path]) -> bool:
+        """Unload the capsules of folders that are gone and forget their failures; True if one was unloaded."""
+        gone = [folder for folder in self.capsules if folder not in folders]
+        for folder in gone:
+            self._unload(folder)
+        for folder in [folder for folder in self._failures if folder not in folders]:
+            del self._failures[folder]
+        return bool(gone)
+
+    def _untouched(self, folders: list[Path]) -> dict[Path, LoadResult]:
+        """The last result of every folder whose files have not changed since it loaded, or failed to."""
+        kept: dict[Path, LoadResult] = {}
+        for folder in folders:
+            slot = self.capsules.get(folder)
+            if slot is not None:
+                if slot.fingerprint == _fingerprint(folder, slot.capsule.wasm_path):
+                    kept[folder] = slot.result
+                continue
+            failed = self._failures.get(folder)
+            if failed is not None and failed.fingerprint == _fingerprint(folder, _component_path(folder)):
+                kept[folder] = failed.result
+        return kept
 
     def _load_all(self, folders: list[Path]) -> dict[Path, LoadedCapsule | CapsuleLoadError]:
         def load(folder: Path) -> LoadedCapsule | CapsuleLoadError:
@@ -178,39 +218,40 @@ class Kernel:
         if len(folders) <= 1:
             return {folder: load(folder) for folder in folders}
         with ThreadPoolExecutor(min(LOAD_WORKERS, len(folders)), thread_name_prefix="astrid-load") as pool:
-            return dict(zip(folders, pool.map(load, folders)))
+            return dict(zip(folders, pool.map(load, folders), strict=True))
 
-    def _unchanged(self, folder: Path) -> bool:
-        capsule, _ = self.capsules[folder]
-        return self._fingerprints.get(folder) == _fingerprint(folder, capsule.wasm_path)
-
-    def _still_failing(self, folder: Path) -> bool:
-        failure = self._failures.get(folder)
-        return failure is not None and failure[0] == _fingerprint(folder, _component_path(folder))
-
-    def _apply(
-        self, folder: Path, loaded: LoadedCapsule | CapsuleLoadError, mark: tuple, *, remember: bool = True
+    def _fail(
+        self, folder: Path, error: CapsuleLoadError, mark: Fingerprint, *, remember: bool = True
     ) -> tuple[LoadResult, bool]:
-        current = self.capsules.get(folder)
-        if isinstance(loaded, CapsuleLoadError):
-            # Its caller reports it to the user (serve, `capsule list`); this is the log's copy.
-            log.info("capsule %s not loaded: %s", folder.name, loaded)
-            if current is not None:  # keep serving nothing stale: unload the old build
-                self._unload(folder)
-            result = LoadResult(folder, folder.name, False, str(loaded))
-            if remember:
-                self._failures[folder] = (mark, result)
-            else:
-                self._failures.pop(folder, None)
-            return result, current is not None
+        """Record that `folder` did not load; True when that unloaded what it served."""
+        # Its caller reports it to the user (serve, `capsule list`); this is the log's copy.
+        log.info("capsule %s not loaded: %s", folder.name, error)
+        served = folder in self.capsules
+        if served:  # keep serving nothing stale: unload the old build
+            self._unload(folder)
+        result = LoadResult(folder, folder.name, False, str(error))
+        if remember:
+            self._failures[folder] = FailedSlot(mark, result)
+        else:
+            self._failures.pop(folder, None)
+        return result, served
+
+    def _serve(self, folder: Path, capsule: LoadedCapsule, mark: Fingerprint) -> tuple[LoadResult, bool]:
+        """Serve a freshly loaded capsule from `folder`; True when that changed what is served."""
         self._failures.pop(folder, None)
-        capsule = loaded
-        result = LoadResult(folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache)
-        self._results[folder] = result
-        self._fingerprints[folder] = mark
-        if current is not None and current[0].source_id == capsule.source_id and current[0].manifest == capsule.manifest:
+        result = LoadResult(
+            folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache
+        )
+        current = self.capsules.get(folder)
+        if current is not None and _same_build(current.capsule, capsule):
+            # Touched, not changed: keep its bindings and sandboxes.
+            self.capsules[folder] = replace(current, result=result, fingerprint=mark)
             return result, False
-        self._install(capsule, replacing=current[0] if current is not None else None)
+        participant = self._bind_handlers(capsule, replacing=current.capsule if current is not None else None)
+        self.capsules[folder] = CapsuleSlot(capsule, participant, result, mark)
+        if current is not None:
+            self.sandboxes.drop_capsule(current.capsule.source_id)
+            log.info("replaced capsule %s (%s)", current.capsule.name, current.capsule.source_id)
         log.info(
             "loaded capsule %s (%s) in %.1f ms%s",
             capsule.name,
@@ -220,8 +261,8 @@ class Kernel:
         )
         return result, True
 
-    def _install(self, capsule: LoadedCapsule, replacing: LoadedCapsule | None = None) -> None:
-        """Bind a capsule's handlers; a rebuilt one takes its old build's place in one step."""
+    def _bind_handlers(self, capsule: LoadedCapsule, replacing: LoadedCapsule | None = None) -> Participant:
+        """Bind a capsule's handlers as a new participant; a rebuild's take its old build's place in one step."""
         manifest = capsule.manifest
         participant = CapsuleParticipant(
             source_id=capsule.source_id,
@@ -240,10 +281,7 @@ class Kernel:
             for pattern, handler in manifest.handlers().items()
         ]
         self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
-        self.capsules[capsule.folder] = (capsule, participant)
-        if replacing is not None:
-            self.sandboxes.drop_capsule(replacing.source_id)
-            log.info("replaced capsule %s (%s)", replacing.name, replacing.source_id)
+        return participant
 
     def _capsule_handler(self, capsule: LoadedCapsule, participant: Participant, handler: str):
         def run(message: Message) -> None:
@@ -254,16 +292,14 @@ class Kernel:
         return run
 
     def _unload(self, folder: Path) -> None:
-        capsule, _ = self.capsules.pop(folder)
-        self._fingerprints.pop(folder, None)
-        self._results.pop(folder, None)
+        capsule = self.capsules.pop(folder).capsule
         self.bus.unbind_owner(capsule.source_id)
         self.sandboxes.drop_capsule(capsule.source_id)
         log.info("unloaded capsule %s (%s)", capsule.name, capsule.source_id)
 
     def loaded(self) -> list[LoadedCapsule]:
         with self._lock:
-            return sorted((c for c, _ in self.capsules.values()), key=lambda c: c.name)
+            return sorted((slot.capsule for slot in self.capsules.values()), key=lambda c: c.name)
 
     # -- events and host services ---------------------------------------------------
 
@@ -287,7 +323,8 @@ class Kernel:
             principals = sorted(self.principals, key=str)
         for principal in principals:
             try:
-                self.bus.publish(self.participant, CAPSULES_LOADED_TOPIC, self.inventory(principal).to_json(), principal)
+                inventory = self.inventory(principal).to_json()
+                self.bus.publish(self.participant, CAPSULES_LOADED_TOPIC, inventory, principal)
             except BusError as exc:
                 log.error("cannot announce the capsule set to %s: %s", principal, exc)
 
@@ -319,10 +356,14 @@ def _fingerprint(folder: Path, wasm_path: Path | None) -> tuple:
     return tuple(marks)
 
 
+def _same_build(old: LoadedCapsule, new: LoadedCapsule) -> bool:
+    """The same component (source-id) under the same manifest: serving `new` would change nothing."""
+    return old.source_id == new.source_id and old.manifest == new.manifest
+
+
 def _component_path(folder: Path) -> Path | None:
     """The component the folder's manifest names, if the manifest reads."""
     try:
         return folder / load_manifest(folder).component_file
     except ManifestError:
         return None
-

@@ -10,20 +10,17 @@ from pathlib import Path
 import wasmtime
 from wasmtime.component import Component
 
+from astrid.host.errors import CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 
 log = logging.getLogger(__name__)
 
-# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (SPEC §2).
+# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract.md §2).
 SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
 HOST_IMPORTS = frozenset({"astrid:ipc/host@1.0.0", "astrid:sys/host@1.0.0", "astrid:guest/lifecycle@1.0.0"})
 TYPE_ONLY_IMPORTS = frozenset({"astrid:guest/lifecycle@1.0.0", "capsule-result"})
 HOOK_EXPORT = "astrid-hook-trigger"
-
-
-class CapsuleLoadError(Exception):
-    """A capsule that cannot be loaded; the message names the capsule and the fix."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,8 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
     try:
         loaded = cache.load(wasm_path)
     except (wasmtime.WasmtimeError, OSError) as exc:
-        raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {last_line(exc)}") from None
+        problem = last_line(exc)
+        raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {problem}") from None
     check_interface(manifest.name, loaded.component, cache.wasm_engine.engine)
     return LoadedCapsule(
         name=manifest.name,
@@ -113,9 +111,11 @@ def check_interface(name: str, component: Component, engine: wasmtime.Engine) ->
     imports = set(component_type.imports(engine))
     foreign = sorted(imports - HOST_IMPORTS - TYPE_ONLY_IMPORTS)
     if foreign:
-        hint = " (build Python capsules with --stub-wasi: `astrid capsule build` does)" if any(
-            i.startswith("wasi:") for i in foreign
-        ) else ""
+        hint = (
+            " (build Python capsules with --stub-wasi: `astrid capsule build` does)"
+            if any(i.startswith("wasi:") for i in foreign)
+            else ""
+        )
         raise CapsuleLoadError(f"{name}: imports {', '.join(foreign)}, which the host does not provide{hint}")
     if HOOK_EXPORT not in set(component_type.exports(engine)):
         raise CapsuleLoadError(f"{name}: does not export {HOOK_EXPORT} (build it against the resource-capsule world)")

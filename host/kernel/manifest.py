@@ -24,14 +24,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from astrid.host.topics import topic_problem
+from astrid.host.bus.topics import topic_problem
+from astrid.host.errors import ManifestError
 
 MANIFEST_NAME = "Capsule.toml"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-
-
-class ManifestError(ValueError):
-    """A manifest that cannot be used; the message names the file and the fix."""
 
 
 class _Strict(BaseModel):
@@ -102,7 +99,7 @@ class Manifest(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _topics(self) -> "Manifest":
+    def _topics(self) -> Manifest:
         _check_patterns(self.subscribe, "subscribe")
         _check_patterns(self.publish, "publish")
         return self

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from astrid.host.kernel.bus import Participant
-
-HOST_NAMESPACE = "astrid.v1."
-CAPSULE_MAY_PUBLISH = frozenset({"astrid.v1.request.capsules"})
-CAPSULE_MAY_SUBSCRIBE = frozenset({"astrid.v1.capsules_loaded"})
-CAPSULE_MAY_SUBSCRIBE_UNDER = "astrid.v1.response.capsules."
+from astrid.host.bus import Participant
+from astrid.host.contract.topics import (
+    CAPSULE_MAY_PUBLISH,
+    CAPSULE_MAY_SUBSCRIBE,
+    CAPSULE_MAY_SUBSCRIBE_UNDER,
+    HOST_NAMESPACE,
+)
 
 
 def _may_reach(pattern: str, prefix: str) -> bool:

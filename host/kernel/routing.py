@@ -14,10 +14,9 @@ import json
 from collections.abc import Callable
 from functools import lru_cache
 
-from astrid.host.kernel.bus import Message
+from astrid.host.bus import Message
+from astrid.host.contract.topics import READ_REQUEST_TOPIC
 from astrid.host.kernel.loader import LoadedCapsule
-
-READ_REQUEST_TOPIC = "resource.v1.request.read"
 
 
 @lru_cache(maxsize=1024)

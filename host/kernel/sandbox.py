@@ -7,10 +7,16 @@ and memory (store limits). A trap or timeout discards the instance and the
 next call gets a fresh one; a sandbox that keeps failing is quarantined for a
 while (per principal: one principal's requests never bench a capsule for the
 others).
+
+Every call ends in a `CallOutcome` whose `CallStatus` says how it ended (ok,
+timed out, trapped, failed, quarantined); the hook's result and the error are
+separate fields, so nothing downstream reads meaning out of a message.
+Closing an instance always happens under its Store's lock.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -20,8 +26,8 @@ from dataclasses import dataclass, field
 import wasmtime
 from wasmtime import Store
 
+from astrid.host.bus import Message, Participant, Principal
 from astrid.host.kernel.abi import HostAbi
-from astrid.host.kernel.bus import Message, Participant, Principal
 from astrid.host.kernel.engine import WasmEngine
 from astrid.host.kernel.loader import HOOK_EXPORT, LoadedCapsule
 from astrid.host.limits import Limits
@@ -59,12 +65,25 @@ class Instance:
         return max(0.0, call.deadline - time.monotonic()) if call is not None else 0.0
 
 
+class CallStatus(enum.Enum):
+    OK = "ok"  # the hook returned (its result says what the capsule did)
+    TIMED_OUT = "timed out"  # the epoch deadline interrupted the guest
+    TRAPPED = "trapped"  # the guest trapped (a panic, an unreachable, a memory limit, ...)
+    FAILED = "failed"  # any other error: wasmtime refused the instance or the call, or lowering failed
+    QUARANTINED = "quarantined"  # not called: this sandbox failed too often lately
+
+
 @dataclass
 class CallOutcome:
-    ok: bool
-    action: str | None = None
-    detail: str | None = None
+    status: CallStatus
+    action: str | None = None  # the hook's result, when OK
+    data: str | None = None
+    error: str | None = None  # what went wrong, when not OK (logged, and kept as the health's last error)
     seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is CallStatus.OK
 
 
 @dataclass
@@ -120,7 +139,7 @@ class SandboxPool:
             self.stats.instances_created += 1
             evicted = self._evict_locked()
         for old in evicted:
-            self._close(old)
+            self._close_removed(old)
         return instance
 
     def _evict_locked(self) -> list[Instance]:
@@ -136,34 +155,38 @@ class SandboxPool:
             self.stats.instances_evicted += 1
         return evicted
 
-    def _instantiate(self, instance: Instance) -> None:
+    def _instantiate(self, instance: Instance) -> wasmtime.component.Func:
+        """Instantiate the capsule in the instance's Store; its hook export, also kept on the instance."""
         store = instance.store
         store.set_limits(memory_size=self.limits.capsule_memory_bytes)
         store.set_epoch_deadline(self.wasm.deadline_ticks(self.limits.call_wall_time_s))
         self.abi.register(instance)
         component_instance = self.abi.linker.instantiate(store, instance.capsule.component)
-        instance.hook = component_instance.get_func(store, HOOK_EXPORT)
-        if instance.hook is None:
+        hook = component_instance.get_func(store, HOOK_EXPORT)
+        if hook is None:
             raise wasmtime.WasmtimeError(f"{HOOK_EXPORT} not exported")
+        instance.hook = hook
+        return hook
 
-    def _close(self, instance: Instance) -> None:
+    def _close_removed(self, instance: Instance) -> None:
+        """Close an instance already taken out of the pool, once its running call (if any) is over."""
         with instance.lock:
-            self._shut(instance)
+            self._close_locked(instance)
 
-    def _shut(self, instance: Instance) -> None:
-        """Close an instance; the caller holds its lock."""
+    def _close_locked(self, instance: Instance) -> None:
+        """Mark an instance dead, release its host state and close its Store; the caller holds its lock."""
         instance.dead = True
         self.abi.release(instance)
         instance.store.close()
 
-    def _discard(self, instance: Instance) -> None:
-        """Drop a failed instance from the pool; the caller holds its lock."""
+    def _discard_failed(self, instance: Instance) -> None:
+        """Take a failed instance out of the pool (counted as discarded) and close it; the caller holds its lock."""
         with self._lock:
             key = (instance.capsule.source_id, instance.principal)
             if self._instances.get(key) is instance:
                 del self._instances[key]
             self.stats.instances_discarded += 1
-        self._shut(instance)
+        self._close_locked(instance)
 
     def drop_capsule(self, source_id: str) -> None:
         """Close every instance of a capsule (unload or reload)."""
@@ -172,7 +195,7 @@ class SandboxPool:
             doomed = [k for k in self._instances if k[0] == source_id]
             instances = [self._instances.pop(k) for k in doomed]
         for instance in instances:
-            self._close(instance)
+            self._close_removed(instance)
 
     def live_instances(self, source_id: str | None = None) -> int:
         with self._lock:
@@ -197,7 +220,7 @@ class SandboxPool:
                 return True
             except Exception as exc:  # reported like a failed call: the next message retries
                 log.warning("capsule %s (%s) failed to instantiate: %s", capsule.name, principal, trap_reason(exc))
-                self._discard(instance)
+                self._discard_failed(instance)
                 return False
 
     # -- calls -----------------------------------------------------------------
@@ -208,7 +231,8 @@ class SandboxPool:
         with self._lock:
             strikes = self._strikes.setdefault((capsule.source_id, message.principal), Strikes())
         if strikes.quarantined_until > time.monotonic():
-            return CallOutcome(False, detail=f"{capsule.name} is quarantined for {message.principal} after repeated failures")
+            refusal = f"{capsule.name} is quarantined for {message.principal} after repeated failures"
+            return CallOutcome(CallStatus.QUARANTINED, error=refusal)
         instance = self._instance_for(capsule, participant, message.principal)
         started = time.perf_counter()
         with instance.lock:
@@ -217,22 +241,22 @@ class SandboxPool:
             deadline = time.monotonic() + self.limits.call_wall_time_s
             instance.current = CallContext(message, deadline)
             try:
-                if instance.hook is None:
-                    self._instantiate(instance)
+                hook = instance.hook if instance.hook is not None else self._instantiate(instance)
                 instance.store.set_epoch_deadline(self.wasm.deadline_ticks(self.limits.call_wall_time_s))
-                result = instance.hook(instance.store, handler, message.payload.encode("utf-8"))
+                result = hook(instance.store, handler, message.payload.encode("utf-8"))
                 instance.calls += 1
-                outcome = CallOutcome(True, getattr(result, "action", None), getattr(result, "data", None))
+                outcome = CallOutcome(CallStatus.OK, getattr(result, "action", None), getattr(result, "data", None))
             except wasmtime.WasmtimeError as exc:
-                outcome = CallOutcome(False, detail=trap_reason(exc))
+                status, reason = classify_error(exc)
+                outcome = CallOutcome(status, error=reason)
             except Exception as exc:  # lowering errors and the like: still discard to be safe
-                outcome = CallOutcome(False, detail=f"{type(exc).__name__}: {exc}")
+                outcome = CallOutcome(CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             finally:
                 instance.current = None
             if not outcome.ok:
                 # Still under the Store's lock: no other thread may enter a
                 # Store that is being closed (that aborts the process).
-                self._discard(instance)
+                self._discard_failed(instance)
         outcome.seconds = time.perf_counter() - started
         self._record(capsule, instance, health, strikes, outcome)
         return outcome
@@ -247,8 +271,8 @@ class SandboxPool:
                 return
             health.failures += 1
             strikes.consecutive_failures += 1
-            health.last_error = outcome.detail
-            if outcome.detail and "interrupt" in outcome.detail:
+            health.last_error = outcome.error
+            if outcome.status is CallStatus.TIMED_OUT:
                 health.timeouts += 1
             quarantine = strikes.consecutive_failures >= QUARANTINE_AFTER
             if quarantine:
@@ -259,7 +283,7 @@ class SandboxPool:
             "capsule %s (%s) failed: %s; instance discarded%s",
             capsule.name,
             instance.principal,
-            outcome.detail,
+            outcome.error,
             f"; quarantined for {QUARANTINE_S:.0f} s" if quarantine else "",
         )
 
@@ -268,16 +292,25 @@ class SandboxPool:
             instances = list(self._instances.values())
             self._instances.clear()
         for instance in instances:
-            self._close(instance)
+            self._close_removed(instance)
 
 
-def trap_reason(exc: BaseException) -> str:
-    """The useful line of a wasmtime error ("wasm trap: interrupt", ...)."""
+def classify_error(exc: BaseException) -> tuple[CallStatus, str]:
+    """How a wasmtime error ended a call, and its useful line ("timed out (wasm trap: interrupt)", ...).
+
+    A trap's first line says nothing ("error while executing at wasm
+    backtrace:"); the reason is on the last "wasm trap:" line.
+    """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     for line in reversed(lines):
         if line.startswith("wasm trap:"):
             reason = line.removeprefix("wasm trap:").strip()
             if reason == "interrupt":
-                return "timed out (wasm trap: interrupt)"
-            return f"trapped ({reason})"
-    return lines[-1] if lines else type(exc).__name__
+                return CallStatus.TIMED_OUT, "timed out (wasm trap: interrupt)"
+            return CallStatus.TRAPPED, f"trapped ({reason})"
+    return CallStatus.FAILED, lines[-1] if lines else type(exc).__name__
+
+
+def trap_reason(exc: BaseException) -> str:
+    """The useful line of a wasmtime error ("timed out (wasm trap: interrupt)", "trapped (...)", ...)."""
+    return classify_error(exc)[1]

@@ -1,18 +1,10 @@
 """The MCP layer: mcp 2.3.0's low-level Server in front of the broker.
 
-It knows MCP and nothing about wasm; it reaches the broker only over the bus
-(`frontdoor.FrontDoorClient`). `runtime.Runtime` starts kernel + broker for
-one principal and is shared by `astrid mcp serve` and `astrid resources`.
+It knows MCP and nothing about wasm or the broker's insides: it asks a
+`Backend` (in production `astrid.host.runtime.Runtime`, whose front-door
+client reaches the broker over the bus).
 """
 
-from astrid.host.mcp.frontdoor import BrokerUnavailable, FrontDoorClient, mcp_participant
-from astrid.host.mcp.server import AstridMcpServer, Backend, BackendNotReady
+from astrid.host.mcp.server import AstridMcpServer, Backend
 
-__all__ = [
-    "AstridMcpServer",
-    "Backend",
-    "BackendNotReady",
-    "BrokerUnavailable",
-    "FrontDoorClient",
-    "mcp_participant",
-]
+__all__ = ["AstridMcpServer", "Backend"]

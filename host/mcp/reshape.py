@@ -1,4 +1,4 @@
-"""Bus records -> MCP wire models, at the last trusted choke point (SPEC §6).
+"""Bus records -> MCP wire models, at the last trusted choke point (docs/contract.md §6).
 
 - `_meta`: a JSON object or nothing; keys whose prefix's second label is
   `mcp` or `modelcontextprotocol` (e.g. `io.modelcontextprotocol/x`,
@@ -22,7 +22,7 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from astrid.host.contract.frontdoor import FrontDoorError
+from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
 from astrid.host.contract.resource import Annotations, BlobChunk, Icon, ResourceDefinition, TextChunk
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
@@ -121,9 +121,9 @@ def not_found_code(protocol_version: str | None) -> int:
     return types.INVALID_PARAMS if protocol_version in MODERN_PROTOCOL_VERSIONS else RESOURCE_NOT_FOUND_2025
 
 
-def read_error(error: FrontDoorError, uri: str, protocol_version: str | None) -> MCPError:
-    """The JSON-RPC error for a failed read (SPEC §5 table)."""
-    data = {"uri": uri, "reason": error.code}
-    if error.code == "not_found":
+def read_error(error: FrontDoorFailure, uri: str, protocol_version: str | None) -> MCPError:
+    """The JSON-RPC error for a failed read (docs/contract.md §5.6)."""
+    data = {"uri": uri, "reason": error.code.value}
+    if error.code is FailureCode.NOT_FOUND:
         return MCPError(code=not_found_code(protocol_version), message=f"Resource not found: {uri}", data=data)
-    return MCPError(code=types.INTERNAL_ERROR, message=error.message or error.code, data=data)
+    return MCPError(code=types.INTERNAL_ERROR, message=error.message or error.code.value, data=data)

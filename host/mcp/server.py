@@ -33,11 +33,11 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
+from astrid.host.bus import Subscription
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.kernel.bus import Subscription
+from astrid.host.errors import BackendNotReady, BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-from astrid.host.mcp.frontdoor import BrokerUnavailable
 from astrid.host.mcp.reshape import read_error, to_contents, to_resource
 from astrid.host.mcp.stdio import screened_stdio_server
 from astrid.host.version import astrid_version
@@ -49,10 +49,6 @@ T = TypeVar("T")
 # Principal-scoped results: a shared cache must never serve them to someone else.
 LIST_TTL_MS = 0
 READ_TTL_MS = 0
-
-
-class BackendNotReady(Exception):
-    """The capsules could not be loaded (the message says why)."""
 
 
 class Backend(Protocol):
@@ -185,26 +181,34 @@ class AstridMcpServer:
             instructions=self.server.instructions,
         )
 
-    async def _on_list(self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def _on_list(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         if params is not None and params.cursor is not None:
             # one page, never a cursor: any cursor is one we did not issue
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
         definitions = await self._call(self.backend.list_resources)
         # What the client has now seen: list_changed compares against it.
         self._baseline = frozenset(d.uri for d in definitions)
-        return types.ListResourcesResult(resources=self._reshaped(definitions), ttl_ms=LIST_TTL_MS, cache_scope="private")
+        return types.ListResourcesResult(
+            resources=self._reshaped(definitions), ttl_ms=LIST_TTL_MS, cache_scope="private"
+        )
 
     def _reshaped(self, definitions: list[ResourceDefinition]) -> list[types.Resource]:
         """The MCP resources for `definitions`; a warm list hands back the very
         same definition objects, so the last reshape is reused."""
         last_definitions, last_resources = self._last_reshape
-        if len(definitions) == len(last_definitions) and all(a is b for a, b in zip(definitions, last_definitions)):
+        if len(definitions) == len(last_definitions) and all(
+            a is b for a, b in zip(definitions, last_definitions, strict=True)
+        ):
             return list(last_resources)
         resources = [r for r in (to_resource(d, self.limits) for d in definitions) if r is not None]
         self._last_reshape = (list(definitions), resources)
         return list(resources)
 
-    async def _on_read(self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def _on_read(
+        self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         uri = params.uri
         reply = await self._call(self.backend.read_resource, uri, uri=uri)
         if reply.error is not None:
@@ -213,7 +217,9 @@ class AstridMcpServer:
             contents = [to_contents(chunk, self.limits) for chunk in reply.contents]
         except ValueError:
             log.exception("read of %s could not be reshaped", uri)
-            raise MCPError(code=types.INTERNAL_ERROR, message="the contents could not be expressed in MCP", data={"uri": uri}) from None
+            raise MCPError(
+                code=types.INTERNAL_ERROR, message="the contents could not be expressed in MCP", data={"uri": uri}
+            ) from None
         if not contents:
             raise MCPError(code=types.INTERNAL_ERROR, message="the capsule returned no contents", data={"uri": uri})
         return types.ReadResourceResult(contents=contents, ttl_ms=READ_TTL_MS, cache_scope="private")
@@ -221,7 +227,7 @@ class AstridMcpServer:
     async def _on_templates(
         self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        # Templates are deferred (SPEC §8); the same for everyone.
+        # Templates are deferred (docs/contract.md §8); the same for everyone.
         return types.ListResourceTemplatesResult(resource_templates=[], ttl_ms=0, cache_scope="public")
 
     # -- list_changed ------------------------------------------------------------------

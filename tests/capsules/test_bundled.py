@@ -10,7 +10,7 @@ import pytest
 from astrid.host.contract import DescribeResponse, ReadResponse
 from astrid.host.contract.events import CapsuleInfo
 from astrid.host.limits import DEFAULT_LIMITS
-from busclient import ALICE, BOB, Client
+from tests.support.busclient import ALICE, BOB, Client
 
 pytestmark = pytest.mark.slow
 

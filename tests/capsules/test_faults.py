@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
+from astrid.host.bus import Principal
 from astrid.host.contract import DescribeResponse, ReadResponse
-from astrid.host.kernel.bus import Principal
-from busclient import ALICE, BOB, Client
+from tests.support.busclient import ALICE, BOB, Client
 
 pytestmark = pytest.mark.slow
 BASE = "astrid://faulty/"
@@ -84,6 +83,7 @@ def read_error_for(client: Client, uri: str, principal: Principal) -> str:
     (message,) = client.read_raw(uri, principal)
     reply = ReadResponse.model_validate_json(message.payload)
     assert reply.contents == []
+    assert reply.error is not None
     return reply.error
 
 

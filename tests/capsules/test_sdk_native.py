@@ -16,8 +16,7 @@ import pytest
 import astrid_sdk
 from astrid.host.contract import DescribeResponse, ReadResponse
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid_sdk import Annotations, Capsule, DefinitionError, HostError, Icon, Resource, blob, text
-from astrid_sdk import _wire
+from astrid_sdk import Annotations, Capsule, DefinitionError, HostError, Icon, Resource, _wire, blob, text
 from astrid_sdk._capsule import _flat_key
 
 
@@ -64,22 +63,22 @@ def read(capsule: Capsule, uri: str, host: RecordingHost | None = None, correlat
 
 
 def only_reply(host: RecordingHost, model):
-    (topic, payload), = host.published
+    ((topic, payload),) = host.published
     parsed = model.model_validate_json(payload)
     assert parsed.to_wire() == json.loads(payload)  # exact: nothing dropped or reshaped
     return topic, parsed
 
 
 def test_sdk_limits_match_the_host_limits():
-    assert _wire.MAX_RESOURCES_PER_DESCRIBE == DEFAULT_LIMITS.resources_per_describe
-    assert _wire.MAX_URI_BYTES == DEFAULT_LIMITS.uri_bytes
-    assert _wire.MAX_TITLE_BYTES == DEFAULT_LIMITS.title_bytes
-    assert _wire.MAX_DESCRIPTION_BYTES == DEFAULT_LIMITS.description_bytes
-    assert _wire.MAX_META_BYTES == DEFAULT_LIMITS.meta_bytes
-    assert _wire.MAX_ICONS == DEFAULT_LIMITS.icons_per_definition
-    assert _wire.MAX_CHUNKS_PER_READ == DEFAULT_LIMITS.chunks_per_read
-    assert _wire.MAX_BYTES_PER_READ == DEFAULT_LIMITS.bytes_per_read
-    assert _wire.MAX_MESSAGE_BYTES == DEFAULT_LIMITS.bus_message_bytes
+    assert DEFAULT_LIMITS.resources_per_describe == _wire.MAX_RESOURCES_PER_DESCRIBE
+    assert DEFAULT_LIMITS.uri_bytes == _wire.MAX_URI_BYTES
+    assert DEFAULT_LIMITS.title_bytes == _wire.MAX_TITLE_BYTES
+    assert DEFAULT_LIMITS.description_bytes == _wire.MAX_DESCRIPTION_BYTES
+    assert DEFAULT_LIMITS.meta_bytes == _wire.MAX_META_BYTES
+    assert DEFAULT_LIMITS.icons_per_definition == _wire.MAX_ICONS
+    assert DEFAULT_LIMITS.chunks_per_read == _wire.MAX_CHUNKS_PER_READ
+    assert DEFAULT_LIMITS.bytes_per_read == _wire.MAX_BYTES_PER_READ
+    assert DEFAULT_LIMITS.bus_message_bytes == _wire.MAX_MESSAGE_BYTES
 
 
 def full_capsule() -> Capsule:
@@ -93,7 +92,10 @@ def full_capsule() -> Capsule:
         mime_type="text/plain",
         size=3,
         annotations=Annotations(audience=["user", "assistant"], priority=1, last_modified="2026-12-01T00:00:00Z"),
-        icons=[Icon("data:image/png;base64,AA==", mime_type="image/png", sizes=["16x16"], theme="dark"), "https://x/y.svg"],
+        icons=[
+            Icon("data:image/png;base64,AA==", mime_type="image/png", sizes=["16x16"], theme="dark"),
+            "https://x/y.svg",
+        ],
         meta={"k": [1, 2]},
     )
     def one(ctx):
@@ -101,7 +103,10 @@ def full_capsule() -> Capsule:
 
     @capsule.resource("astrid://full/bare")
     def bare(ctx):
-        return [text("t", meta='{"a":1}'), blob(b"\x00\xff", uri="astrid://full/other", mime_type="application/octet-stream")]
+        return [
+            text("t", meta='{"a":1}'),
+            blob(b"\x00\xff", uri="astrid://full/other", mime_type="application/octet-stream"),
+        ]
 
     return capsule
 
@@ -113,7 +118,11 @@ def test_describe_encodes_every_field_exactly():
     assert topic == "resource.v1.response.describe.full-fields-"
     wire = json.loads(host.published[0][1])
     one, bare = wire["resources"]
-    assert one["annotations"] == {"audience": ["user", "assistant"], "priority": 1.0, "last_modified": "2026-12-01T00:00:00Z"}
+    assert one["annotations"] == {
+        "audience": ["user", "assistant"],
+        "priority": 1.0,
+        "last_modified": "2026-12-01T00:00:00Z",
+    }
     assert one["icons"][1] == {"src": "https://x/y.svg", "sizes": []}
     assert one["meta"] == '{"k":[1,2]}'
     assert bare == {"uri": "astrid://full/bare", "name": "bare", "icons": []}  # options left out
@@ -126,7 +135,12 @@ def test_read_encodes_text_and_blob_chunks():
     assert topic == "resource.v1.response.read.c-1"
     text_chunk, blob_chunk = json.loads(host.published[0][1])["contents"]
     assert text_chunk == {"type": "text", "uri": "astrid://full/bare", "text": "t", "meta": '{"a":1}'}
-    assert blob_chunk == {"type": "blob", "uri": "astrid://full/other", "mime_type": "application/octet-stream", "blob": "AP8="}
+    assert blob_chunk == {
+        "type": "blob",
+        "uri": "astrid://full/other",
+        "mime_type": "application/octet-stream",
+        "blob": "AP8=",
+    }
 
 
 def test_a_bare_return_takes_the_resource_mime_type():
@@ -147,8 +161,14 @@ def test_fail_closed_without_a_verified_principal(caller):
 
 @pytest.mark.parametrize(
     "payload",
-    [b"not json", b"[]", b'{"uri": "astrid://full/one"}', b'{"uri": "astrid://full/one", "correlation_id": "a.b"}',
-     b'{"uri": 3, "correlation_id": "ok"}', b'{"uri": "astrid://full/one", "correlation_id": "' + b"a" * 300 + b'"}'],
+    [
+        b"not json",
+        b"[]",
+        b'{"uri": "astrid://full/one"}',
+        b'{"uri": "astrid://full/one", "correlation_id": "a.b"}',
+        b'{"uri": 3, "correlation_id": "ok"}',
+        b'{"uri": "astrid://full/one", "correlation_id": "' + b"a" * 300 + b'"}',
+    ],
 )
 def test_malformed_read_requests_are_ignored(payload):
     host = RecordingHost()

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from astrid.capsules import CAPSULES_DIR
-from astrid.host.build import build_capsule
 from astrid.host.kernel.loader import source_id_for
-from astrid.host.toolpaths import tool_path
-
-
-def astrid(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool_path("astrid"), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+from tests.support.capsules import build_clean
+from tests.support.files import clean_copy
+from tests.support.processes import run_astrid as astrid
 
 
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("listed")
-    docs = root / "docs"
-    shutil.copytree(CAPSULES_DIR / "docs", docs, ignore=shutil.ignore_patterns("*.wasm", "__pycache__"))
-    build_capsule(docs)
-    unbuilt = root / "unbuilt"
-    shutil.copytree(CAPSULES_DIR / "introspect", unbuilt, ignore=shutil.ignore_patterns("*.wasm", "__pycache__"))
+    build_clean(CAPSULES_DIR / "docs", root / "docs")
+    clean_copy(CAPSULES_DIR / "introspect", root / "unbuilt")
     return root
 
 

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from astrid.host.contract import DescribeResponse, ReadResponse
+from astrid.host.contract import DescribeResponse, ReadResponse, TextChunk
 from astrid.host.kernel.kernel import Kernel, KernelConfig
-from astrid.host.toolpaths import tool_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capsules"))
-from busclient import ALICE, Client  # noqa: E402
-
-
-def astrid(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool_path("astrid"), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+from tests.support.busclient import ALICE, Client
+from tests.support.processes import run_astrid as astrid
 
 
 def test_new_scaffolds_a_capsule(tmp_path: Path):
@@ -81,6 +73,7 @@ def test_new_then_build_gives_a_component_the_kernel_serves(tmp_path: Path):
         reply = client.read("astrid://demo/hello", ALICE)
         parsed = ReadResponse.model_validate(reply)
         assert parsed.to_wire() == reply
+        assert isinstance(parsed.contents[0], TextChunk)
         assert parsed.contents[0].text == "Hello, alice!"
     finally:
         kernel.close()

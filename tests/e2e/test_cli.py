@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import astrid, server_env
+from tests.support.processes import astrid_exe, server_env
 
 
 def run(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([astrid(), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([astrid_exe(), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_mcp_config_prints_a_ready_claude_desktop_entry(tmp_path):

@@ -17,11 +17,13 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from astrid.host.kernel.loader import source_id_for
-from tests.e2e.conftest import astrid, build, serve, server_env, write_variant
+from tests.e2e.builds import build, write_variant
+from tests.support.capsules import BUNDLED
+from tests.support.processes import astrid_exe, serve_args, server_env
+from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BUNDLED = ("docs", "introspect")
 READ_WINDOW_S = 2.5
 
 
@@ -51,7 +53,9 @@ def bundled(capsules) -> list[Path]:
 
 async def test_initialize_answers_at_once_with_the_resource_capability(capsules, capsule_home, stderr_file):
     started = time.perf_counter()
-    async with serve(*bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(
+        *bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file
+    ) as served:
         elapsed = time.perf_counter() - started
         init = served.init
         assert init.protocol_version == "2025-11-25"
@@ -77,7 +81,15 @@ async def test_initialize_answers_at_once_with_the_resource_capability(capsules,
 async def test_list_offers_every_bundled_resource_with_all_its_fields(capsules, capsule_home, stderr_file):
     expected = json.loads(
         subprocess.run(
-            [astrid(), "resources", "list", "--json", "--principal", "alice", *sum((["--capsules", str(p)] for p in bundled(capsules)), [])],
+            [
+                astrid_exe(),
+                "resources",
+                "list",
+                "--json",
+                "--principal",
+                "alice",
+                *sum((["--capsules", str(p)] for p in bundled(capsules)), []),
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -88,7 +100,9 @@ async def test_list_offers_every_bundled_resource_with_all_its_fields(capsules, 
     assert {"astrid://docs/index", "astrid://docs/logo.png", "astrid://docs/tour", "astrid://whoami"} <= {
         r["uri"] for r in expected
     }
-    async with serve(*bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(
+        *bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file
+    ) as served:
         with anyio.fail_after(30):
             started = time.perf_counter()
             listed = await served.session.list_resources()
@@ -100,9 +114,14 @@ async def test_list_offers_every_bundled_resource_with_all_its_fields(capsules, 
     assert listed.next_cursor is None
     got = [r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in listed.resources]
     assert [r["uri"] for r in got] == [r["uri"] for r in expected]
-    for wire, record in zip(got, expected):
+    for wire, record in zip(got, expected, strict=True):
         assert wire["name"] == record["name"]
-        for ours, theirs in (("title", "title"), ("description", "description"), ("mimeType", "mime_type"), ("size", "size")):
+        for ours, theirs in (
+            ("title", "title"),
+            ("description", "description"),
+            ("mimeType", "mime_type"),
+            ("size", "size"),
+        ):
             assert wire.get(ours) == record.get(theirs), (record["uri"], ours)
         if "annotations" in record:
             a = record["annotations"]
@@ -112,12 +131,18 @@ async def test_list_offers_every_bundled_resource_with_all_its_fields(capsules, 
         if record.get("icons"):
             assert [i["src"] for i in wire["icons"]] == [i["src"] for i in record["icons"]]
         if "meta" in record:
-            meta = {k: v for k, v in json.loads(record["meta"]).items() if k.split("/")[0].split(".")[1:2] not in (["mcp"], ["modelcontextprotocol"])}
+            meta = {
+                k: v
+                for k, v in json.loads(record["meta"]).items()
+                if k.split("/")[0].split(".")[1:2] not in (["mcp"], ["modelcontextprotocol"])
+            }
             assert wire.get("_meta") == (meta or None)
 
 
 async def test_read_text_blob_and_multi_chunk(capsules, capsule_home, stderr_file):
-    async with serve(*bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(
+        *bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file
+    ) as served:
         timings = {}
         with anyio.fail_after(30):
             for uri in ("astrid://docs/index", "astrid://docs/logo.png", "astrid://docs/tour", "astrid://whoami"):
@@ -144,7 +169,9 @@ async def test_read_text_blob_and_multi_chunk(capsules, capsule_home, stderr_fil
 
 
 async def test_unknown_uri_is_minus_32002_on_2025_11_25(capsules, capsule_home, stderr_file):
-    async with serve(*bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(
+        *bundled(capsules), principal="alice", capsule_home=capsule_home, stderr=stderr_file
+    ) as served:
         with anyio.fail_after(30), pytest.raises(MCPError) as caught:
             started = time.perf_counter()
             await served.session.read_resource("astrid://nowhere/at-all")
@@ -156,10 +183,8 @@ async def test_unknown_uri_is_minus_32002_on_2025_11_25(capsules, capsule_home, 
 
 
 async def test_unknown_uri_is_minus_32602_on_2026_07_28(capsules, capsule_home, stderr_file):
-    args = ["mcp", "serve", "--principal", "alice"]
-    for folder in bundled(capsules):
-        args += ["--capsules", str(folder)]
-    params = StdioServerParameters(command=astrid(), args=args, env=server_env(capsule_home))
+    args = serve_args(*bundled(capsules), principal="alice")
+    params = StdioServerParameters(command=astrid_exe(), args=args, env=server_env(capsule_home))
     with stderr_file.open("w") as errlog, anyio.fail_after(120):
         async with Client(stdio_client(params, errlog=errlog), mode="2026-07-28") as client:
             assert client.protocol_version == "2026-07-28"
@@ -181,7 +206,7 @@ async def test_a_hanging_capsule_is_minus_32603_within_the_window_and_the_server
     capsules, capsule_home, stderr_file
 ):
     folders = (*bundled(capsules), capsules["probe"])
-    async with serve(*folders, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(*folders, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
         session = served.session
         with anyio.fail_after(30):
             await session.list_resources()
@@ -210,7 +235,10 @@ async def test_a_hanging_capsule_is_minus_32603_within_the_window_and_the_server
         with anyio.fail_after(30):
             note = await session.read_resource("astrid://probe/note")
         assert note.contents[0].text == "the private note of alice"
-    print(f"\nhanging capsule: -32603 after {outcome['elapsed'] * 1000:.0f} ms; a read meanwhile took {during * 1000:.1f} ms")
+    print(
+        f"\nhanging capsule: -32603 after {outcome['elapsed'] * 1000:.0f} ms; "
+        f"a read meanwhile took {during * 1000:.1f} ms"
+    )
 
 
 async def test_two_capsules_claiming_one_uri_first_source_id_wins_every_time(capsules, capsule_home, tmp_path):
@@ -219,7 +247,7 @@ async def test_two_capsules_claiming_one_uri_first_source_id_wins_every_time(cap
     loser = max((source_id(a), "clash-a"), (source_id(b), "clash-b"))
     for round_no, order in enumerate(((a, b), (b, a), (a, b))):
         stderr = tmp_path / f"stderr-{round_no}.log"
-        async with serve(*order, principal="alice", capsule_home=capsule_home, stderr=stderr) as served:
+        async with stdio_session(*order, principal="alice", capsule_home=capsule_home, stderr=stderr) as served:
             with anyio.fail_after(30):
                 listed = await served.session.list_resources()
                 read = await served.session.read_resource("astrid://clash/shared")
@@ -238,8 +266,12 @@ async def test_two_capsules_claiming_one_uri_first_source_id_wins_every_time(cap
 
 async def test_alice_and_bob_each_see_only_their_own(capsules, capsule_home, tmp_path):
     folders = (capsules["introspect"], capsules["probe"])
-    async with serve(*folders, principal="alice", capsule_home=capsule_home, stderr=tmp_path / "a.log") as alice:
-        async with serve(*folders, principal="bob", capsule_home=capsule_home, stderr=tmp_path / "b.log") as bob:
+    async with stdio_session(
+        *folders, principal="alice", capsule_home=capsule_home, stderr=tmp_path / "a.log"
+    ) as alice:
+        async with stdio_session(
+            *folders, principal="bob", capsule_home=capsule_home, stderr=tmp_path / "b.log"
+        ) as bob:
             with anyio.fail_after(60):
                 for _ in range(2):  # interleaved, twice: caches never cross
                     a_list = {r.uri for r in (await alice.session.list_resources()).resources}
@@ -271,7 +303,7 @@ async def test_rebuilding_a_capsule_notifies_once_when_its_uris_change_and_never
         write_variant(folder, variant)
         await anyio.to_thread.run_sync(build, folder)  # a build-cache hit: the variants were built before
 
-    async with serve(live, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
+    async with stdio_session(live, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as served:
         session = served.session
 
         async def uris() -> list[str]:

@@ -20,8 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import LineReader
-from tests.e2e.conftest import astrid, serve, server_env
+from tests.support.capsules import BUNDLED
+from tests.support.processes import LineReader, astrid_exe, server_env
+from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -40,7 +41,7 @@ def node() -> str:
 
 async def python_view(folder: Path, capsule_home: Path, stderr: Path) -> dict:
     """Every resource and its chunks as the Python SDK's client reads them."""
-    async with serve(folder, principal="alice", capsule_home=capsule_home, stderr=stderr) as served:
+    async with stdio_session(folder, principal="alice", capsule_home=capsule_home, stderr=stderr) as served:
         with anyio.fail_after(60):
             resources = (await served.session.list_resources()).resources
             reads = {}
@@ -53,7 +54,12 @@ async def python_view(folder: Path, capsule_home: Path, stderr: Path) -> dict:
 def chunk_view(chunk: dict) -> dict:
     text = chunk.get("text")
     data = text.encode("utf-8") if text is not None else base64.b64decode(chunk["blob"])
-    return {"uri": chunk["uri"], "mimeType": chunk.get("mimeType"), "text": text, "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "uri": chunk["uri"],
+        "mimeType": chunk.get("mimeType"),
+        "text": text,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def assert_same_view(typescript: dict, python: dict) -> None:
@@ -104,14 +110,14 @@ class ProbeProcess:
 
 async def test_the_typescript_client_sees_what_the_python_client_sees(capsules, capsule_home, tmp_path):
     live = tmp_path / "live"
-    for name in ("docs", "introspect"):
+    for name in BUNDLED:
         shutil.copytree(capsules[name], live / name)
     before = await python_view(live, capsule_home, tmp_path / "python-before.log")
 
     # The config entry a user pastes into Claude Desktop; it carries the ASTRID_* settings.
     config = tmp_path / "claude_desktop_config.json"
     printed = subprocess.run(
-        [astrid(), "mcp", "config", "--capsules", str(live), "--principal", "alice"],
+        [astrid_exe(), "mcp", "config", "--capsules", str(live), "--principal", "alice"],
         env=server_env(capsule_home),
         capture_output=True,
         text=True,

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
+from astrid.host.contract._base import WireModel
 from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceRequest
 from astrid.host.kernel.manifest import Manifest, ManifestError, parse_manifest
 
@@ -26,7 +27,14 @@ shaped = st.recursive(
     scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=6), max_leaves=25
 )
 
-MODELS = [ResourceDefinition, DescribeResponse, ReadRequest, ReadResponse, ListResourcesRequest, ReadResourceRequest]
+MODELS: list[type[WireModel]] = [
+    ResourceDefinition,
+    DescribeResponse,
+    ReadRequest,
+    ReadResponse,
+    ListResourcesRequest,
+    ReadResourceRequest,
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,7 +56,9 @@ manifest_tables = st.fixed_dictionaries(
     {},
     optional={
         "package": st.dictionaries(st.sampled_from(["name", "version", "description", "x"]), scalars, max_size=4),
-        "component": st.lists(st.dictionaries(st.sampled_from(["id", "file", "type"]), scalars, max_size=3), max_size=2),
+        "component": st.lists(
+            st.dictionaries(st.sampled_from(["id", "file", "type"]), scalars, max_size=3), max_size=2
+        ),
         "subscribe": st.dictionaries(st.text(max_size=30), st.one_of(scalars, st.dictionaries(
             st.sampled_from(["wit", "handler", "priority"]), scalars, max_size=3)), max_size=3),
         "publish": st.dictionaries(st.text(max_size=30), scalars, max_size=3),
@@ -74,7 +84,7 @@ meta_texts = st.one_of(
     st.dictionaries(st.text(max_size=30), json_values, max_size=5).map(json.dumps),
     st.sampled_from(['{"io.modelcontextprotocol/x": 1, "com.example/y": 2}', '{"mcp.dev/z": 1}', "[]", "null"]),
 )
-definitions = st.builds(
+definitions: st.SearchStrategy[dict[str, object]] = st.builds(
     dict,
     uri=st.text(min_size=1, max_size=60),
     name=st.text(max_size=20),
@@ -88,7 +98,9 @@ definitions = st.builds(
         priority=st.none() | st.floats(allow_nan=True, allow_infinity=True, width=32),
         last_modified=st.none() | st.text(max_size=30) | st.sampled_from(["2026-01-01T00:00:00Z", "2026-13-45"]),
     ),
-    icons=st.lists(st.builds(dict, src=st.text(max_size=20), sizes=st.lists(st.text(max_size=5), max_size=2)), max_size=3),
+    icons=st.lists(
+        st.builds(dict, src=st.text(max_size=20), sizes=st.lists(st.text(max_size=5), max_size=2)), max_size=3
+    ),
     meta=meta_texts,
 )
 

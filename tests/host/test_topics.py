@@ -1,4 +1,4 @@
-"""The topic grammar (SPEC §2), with property tests."""
+"""The topic grammar (docs/contract.md §2), with property tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from astrid.host.topics import (
+from astrid.host.bus.topics import (
     TopicError,
     is_valid_pattern,
     is_valid_topic,

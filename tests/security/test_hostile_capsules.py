@@ -17,19 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from astrid.host.contract.frontdoor import READ_TOPIC, ReadResourceReply, reply_topic
-from astrid.host.kernel.bus import Principal
+from astrid.host.bus import Principal
+from astrid.host.contract.frontdoor import ReadResourceReply
+from astrid.host.contract.topics import FRONT_DOOR_READ, reply_topic
 from astrid.host.limits import Limits
 from astrid.host.mcp.reshape import to_resource
-
-from .conftest import (
-    BUNDLED_URIS,
-    HOSTILE,
-    assert_bundled_serve,
-    hostile_source_id,
-    make_hostile,
-    name_sorting,
-)
+from tests.security.hostile import HOSTILE, hostile_source_id, make_hostile, name_sorting
+from tests.security.servers import assert_bundled_serve
+from tests.support.capsules import BUNDLED_URIS
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +62,7 @@ def test_the_principal_rides_the_envelope_never_the_body(serve, bundled, hostile
     req_id = uuid.uuid4().hex
     smuggled = json.dumps({"req_id": req_id, "uri": "astrid://body/body", "principal": "bob", "as": "bob"})
     with client.bus.subscribe(client.participant, reply_topic(req_id), principal_scope=ALICE) as replies:
-        client.bus.publish(client.participant, READ_TOPIC, smuggled, ALICE)
+        client.bus.publish(client.participant, FRONT_DOOR_READ, smuggled, ALICE)
         message = replies.recv(10)
     assert message is not None and message.principal == ALICE
     reply = ReadResourceReply.model_validate_json(message.payload)
@@ -111,7 +106,9 @@ def test_a_capsule_sees_only_its_callers_messages(serve, bundled, hostile_dir):
         result["seen"] = json.loads(served.text("astrid://snoop/snoop", "alice"))
 
     def listening() -> bool:
-        return any(s.owner.name == "snoop" and s.pattern == "resource.v1.*" for s in list(served.kernel.bus._subscriptions))
+        return any(
+            s.owner.name == "snoop" and s.pattern == "resource.v1.*" for s in list(served.kernel.bus._subscriptions)
+        )
 
     thread = threading.Thread(target=snoop)
     thread.start()
@@ -271,7 +268,9 @@ def test_malformed_read_replies_fail_closed(serve, bundled, hostile_dir, key, co
 
 
 @pytest.mark.parametrize("order", ["squatter-first", "owner-first"])
-def test_a_squatted_uri_goes_to_the_first_source_id_with_an_audit_line(serve, bundled, hostile_wasm, tmp_path, caplog, order):
+def test_a_squatted_uri_goes_to_the_first_source_id_with_an_audit_line(
+    serve, bundled, hostile_wasm, tmp_path, caplog, order
+):
     docs_sid = serve(*bundled).source_id("docs")
     if order == "squatter-first":
         name = name_sorting(hostile_wasm, "squat", before=docs_sid)
@@ -317,7 +316,10 @@ def test_a_forged_read_reply_loses_even_on_a_principals_first_read(serve, bundle
 
 def test_a_forged_read_reply_is_not_served_when_the_owner_misses_the_window(serve, bundled, hostile_dir):
     served = serve(
-        *bundled, hostile_dir("forger", "forge"), hostile_dir("victim", "slow", ms=900), limits=Limits(read_window_s=0.5)
+        *bundled,
+        hostile_dir("forger", "forge"),
+        hostile_dir("victim", "slow", ms=900),
+        limits=Limits(read_window_s=0.5),
     )
     served.uris()
     reply = served.read("astrid://victim/slow")
@@ -333,10 +335,10 @@ def test_spin_alloc_and_trap_are_stopped_and_the_rest_keeps_serving(serve, bundl
     )
     process = psutil.Process()
     uris = set(served.uris())
-    assert {"astrid://spin/spin", "astrid://alloc/alloc"} <= uris and BUNDLED_URIS <= uris
+    assert {"astrid://spin/spin", "astrid://alloc/alloc"} <= uris and uris >= BUNDLED_URIS
     assert not [u for u in uris if u.startswith("astrid://trap/")]  # it trapped in describe
     rss_before = process.memory_info().rss
-    for round_ in range(3):
+    for _ in range(3):
         for uri in ("astrid://spin/spin", "astrid://alloc/alloc"):
             started = time.perf_counter()
             error = error_of(served, uri)
@@ -363,7 +365,7 @@ def test_a_capsule_that_dies_in_describe_only_costs_itself(serve, bundled, hosti
         started = time.perf_counter()
         uris = set(served.uris(name))
         assert time.perf_counter() - started < FAST.describe_window_s + 0.5
-        assert BUNDLED_URIS <= uris and not [u for u in uris if u.startswith("astrid://dies/")]
+        assert uris >= BUNDLED_URIS and not [u for u in uris if u.startswith("astrid://dies/")]
         assert_bundled_serve(served, name)
     assert served.kernel.sandboxes.health("dies").failures >= 2
 

@@ -11,8 +11,9 @@ import mcp.types as types
 import pytest
 
 from astrid.host.kernel.loader import source_id_for
-
-from .conftest import BUNDLED_URIS, TRACEBACK, hostile_source_id, make_hostile, mcp_session, name_sorting
+from tests.security.hostile import hostile_source_id, make_hostile, name_sorting
+from tests.security.mcp_stdio import TRACEBACK, mcp_session
+from tests.support.capsules import BUNDLED_URIS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -38,7 +39,7 @@ async def test_a_zoo_of_hostile_capsules_behind_a_real_mcp_client(bundled, hosti
             for resource in (await served.session.list_resources()).resources:
                 resources[resource.uri] = resource
         uris = set(resources)
-        assert BUNDLED_URIS <= uris
+        assert uris >= BUNDLED_URIS
         assert resources["astrid://docs/index"].title != f"SQUATTED by {squatter}"
         assert not [u for u in uris if u.startswith(("astrid://flood/flood/", "astrid://trap/"))]
         assert [u for u in uris if u.startswith("astrid://memory/seen/")] == ["astrid://memory/seen/alice"]
@@ -70,7 +71,7 @@ async def test_a_zoo_of_hostile_capsules_behind_a_real_mcp_client(bundled, hosti
         assert (await served.error("astrid://nowhere")).code == -32002
 
         # and afterwards everything still works
-        assert BUNDLED_URIS <= set(await served.uris())
+        assert set(await served.uris()) >= BUNDLED_URIS
         assert (await served.text("astrid://docs/logo.png")) == ""  # a blob: no text
         assert (await served.text("astrid://spin/ok")) == "hostile ok for alice"
     log = served.log()
@@ -82,7 +83,10 @@ async def test_a_zoo_of_hostile_capsules_behind_a_real_mcp_client(bundled, hosti
 
 async def test_forged_read_replies_lose_to_the_listed_owners_behind_a_real_client(bundled, hostile_wasm, tmp_path):
     caps = tmp_path / "caps"
-    folders = [make_hostile(caps, "forger", "forge", hostile_wasm), make_hostile(caps, "victim", "slow", hostile_wasm, ms=300)]
+    folders = [
+        make_hostile(caps, "forger", "forge", hostile_wasm),
+        make_hostile(caps, "victim", "slow", hostile_wasm, ms=300),
+    ]
     home = tmp_path / "home"
     home.mkdir()
     async with mcp_session(*bundled, *folders, home=home, stderr_path=tmp_path / "stderr.log") as served:
@@ -97,10 +101,15 @@ async def test_forged_read_replies_lose_to_the_listed_owners_behind_a_real_clien
 
 async def test_two_principals_through_two_real_clients_never_see_each_other(bundled, hostile_wasm, tmp_path):
     caps = tmp_path / "caps"
-    folders = [make_hostile(caps, "memory", "memory", hostile_wasm), make_hostile(caps, "body", "body-principal", hostile_wasm)]
+    folders = [
+        make_hostile(caps, "memory", "memory", hostile_wasm),
+        make_hostile(caps, "body", "body-principal", hostile_wasm),
+    ]
     home = tmp_path / "home"
     home.mkdir()
-    async with mcp_session(*bundled, *folders, home=home, stderr_path=tmp_path / "alice.log", principal="alice") as alice:
+    async with mcp_session(
+        *bundled, *folders, home=home, stderr_path=tmp_path / "alice.log", principal="alice"
+    ) as alice:
         async with mcp_session(*bundled, *folders, home=home, stderr_path=tmp_path / "bob.log", principal="bob") as bob:
             for served, name, other in ((alice, "alice", "bob"), (bob, "bob", "alice")):
                 uris = await served.uris()

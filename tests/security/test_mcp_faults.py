@@ -10,8 +10,11 @@ import anyio
 import pytest
 
 from astrid.host.kernel.compile_cache import CompileCache
-
-from .conftest import BUNDLED_URIS, TRACEBACK, assert_bundled_serve, make_hostile, mcp_session, server_env
+from tests.security.hostile import make_hostile
+from tests.security.mcp_stdio import TRACEBACK, mcp_session
+from tests.security.servers import assert_bundled_serve
+from tests.support.capsules import BUNDLED_URIS
+from tests.support.processes import server_env
 
 pytestmark = pytest.mark.slow
 RELOAD_WAIT_S = 20  # the folders are polled about once a second and a change must settle
@@ -68,7 +71,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
         (rotten / "hostile.wasm").write_bytes(os.urandom(64 * 1024))
         await wait_changed(served)
         uris = await settled(served, lambda uris: "astrid://rotten/ok" not in uris)
-        assert not [u for u in uris if u.startswith("astrid://rotten/")] and BUNDLED_URIS <= uris
+        assert not [u for u in uris if u.startswith("astrid://rotten/")] and uris >= BUNDLED_URIS
         assert (await served.text("astrid://docs/index")).startswith("# ")
 
         # 3. a bundled component is truncated mid-file (a copy interrupted)
@@ -77,7 +80,7 @@ async def test_capsules_that_vanish_or_rot_while_serving_leave_the_rest_serving(
         await wait_changed(served)
         uris = await settled(served, lambda uris: "astrid://whoami" not in uris)
         assert "astrid://whoami" not in uris and "astrid://docs/index" in uris
-        assert (await served.text("astrid://docs/tour"))
+        assert await served.text("astrid://docs/tour")
 
         # 4. the rotten capsule is repaired: it comes back
         shutil.copy(hostile_wasm, rotten / "hostile.wasm")
@@ -121,7 +124,7 @@ def test_a_tampered_compile_cache_entry_is_never_run(serve, bundled, tmp_path, m
     assert data.count(needle) == 1
     entry = _docs_entry(bundled, cache_dir)
     entry.write_bytes(data.replace(needle, b"TAMPER runs sandboxed WebAssembly"))
-    from astrid.host.mcp.runtime import Runtime, RuntimeConfig
+    from astrid.host.runtime import Runtime, RuntimeConfig
 
     runtime = Runtime(RuntimeConfig(capsule_paths=[bundled[0]], principal="alice", cache_dir=cache_dir))
     try:
@@ -160,11 +163,13 @@ async def test_a_missing_or_broken_capsule_home_is_not_fatal(bundled, hostile_wa
         (home / "bad-toml").mkdir()
         (home / "bad-toml" / "Capsule.toml").write_text("[package\nname = ")
         (home / "no-wasm").mkdir()
-        (home / "no-wasm" / "Capsule.toml").write_text((bundled[0] / "Capsule.toml").read_text().replace('"docs"', '"no-wasm"'))
+        (home / "no-wasm" / "Capsule.toml").write_text(
+            (bundled[0] / "Capsule.toml").read_text().replace('"docs"', '"no-wasm"')
+        )
         make_hostile(home, "fine", "honest", hostile_wasm)
     async with mcp_session(*bundled, home=home, stderr_path=tmp_path / "stderr.log") as served:
         uris = set(await served.uris())
-        assert BUNDLED_URIS <= uris
+        assert uris >= BUNDLED_URIS
         assert (await served.text("astrid://docs/index")).startswith("# ")
         if home_kind == "broken-capsules":
             assert await served.text("astrid://fine/ok") == "hostile ok for alice"

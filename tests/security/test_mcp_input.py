@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import TRACEBACK, RawServer, make_hostile, raw_server
+from tests.security.hostile import make_hostile
+from tests.security.mcp_stdio import TRACEBACK, RawServer, raw_server
 
 pytestmark = pytest.mark.slow
 
@@ -54,12 +55,14 @@ def error_for(server: RawServer, line: str | bytes, request_id: object) -> dict:
 def test_unknown_methods_are_method_not_found(server):
     calls = (
         (101, "no/such/method", {}),
-        (102, "resources/subscribe", {"uri": "astrid://docs/index"}),  # not offered (SPEC §6)
+        (102, "resources/subscribe", {"uri": "astrid://docs/index"}),  # not offered (docs/contract.md §6)
         (103, "tools/call", {"name": "x", "arguments": {}}),
         (104, "prompts/get", {"name": "x"}),
     )
     for request_id, method, params in calls:
-        error = error_for(server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}), request_id)
+        error = error_for(
+            server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}), request_id
+        )
         assert error["code"] == METHOD_NOT_FOUND, (method, error)
     still_serving(server)
 
@@ -77,7 +80,9 @@ def test_unknown_methods_are_method_not_found(server):
 )
 def test_wrong_param_types_are_invalid_params(server, method, params):
     request_id = f"{method}-{json.dumps(params)}"
-    error = error_for(server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}), request_id)
+    error = error_for(
+        server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}), request_id
+    )
     assert error["code"] == INVALID_PARAMS
     still_serving(server)
 
@@ -97,7 +102,11 @@ def test_wrong_param_types_are_invalid_params(server, method, params):
 )
 def test_traversal_nul_and_foreign_uris_are_not_found(server, uri):
     request_id = f"uri-{uri!r}"
-    error = error_for(server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}), request_id)
+    error = error_for(
+        server,
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}),
+        request_id,
+    )
     assert error["code"] == NOT_FOUND_2025 and error["data"]["uri"] == uri
     still_serving(server)
 
@@ -113,8 +122,12 @@ def test_non_utf8_bytes_in_a_uri_are_not_found(server):
 def test_huge_uris_are_refused_as_over_a_limit(server, size):
     uri = "astrid://docs/" + "x" * size
     request_id = f"huge-{size}"
-    error = error_for(server, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}), request_id)
-    assert error["code"] == INTERNAL_ERROR  # SPEC §5: over a limit is -32603
+    error = error_for(
+        server,
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}),
+        request_id,
+    )
+    assert error["code"] == INTERNAL_ERROR  # docs/contract.md §5: over a limit is -32603
     still_serving(server)
 
 
@@ -164,8 +177,16 @@ def test_a_parse_error_is_answered_with_minus_32700(server):
 @pytest.mark.parametrize(
     ("line", "request_id", "codes"),
     [
-        ('{"jsonrpc":"2.0","id":"p-str","method":"resources/read","params":"nope"}', "p-str", {INVALID_REQUEST, INVALID_PARAMS}),
-        ('{"jsonrpc":"2.0","id":"p-arr","method":"resources/read","params":[1,2]}', "p-arr", {INVALID_REQUEST, INVALID_PARAMS}),
+        (
+            '{"jsonrpc":"2.0","id":"p-str","method":"resources/read","params":"nope"}',
+            "p-str",
+            {INVALID_REQUEST, INVALID_PARAMS},
+        ),
+        (
+            '{"jsonrpc":"2.0","id":"p-arr","method":"resources/read","params":[1,2]}',
+            "p-arr",
+            {INVALID_REQUEST, INVALID_PARAMS},
+        ),
         ('{"jsonrpc":"2.0","id":"m-int","method":5}', "m-int", {INVALID_REQUEST}),
         ('{"jsonrpc":"1.0","id":"v1","method":"resources/list"}', "v1", {INVALID_REQUEST}),
     ],
@@ -212,8 +233,12 @@ def test_a_client_that_disconnects_mid_read_leaves_a_clean_exit(bundled, hostile
     try:
         served.initialize()
         assert served.request("resources/list")["result"]["resources"]
-        served.send({"jsonrpc": "2.0", "id": "mid-read", "method": "resources/read", "params": {"uri": "astrid://spinner/spin"}})
-        served.send({"jsonrpc": "2.0", "id": "mid-read-2", "method": "resources/read", "params": {"uri": "astrid://docs/index"}})
+        served.send(
+            {"jsonrpc": "2.0", "id": "mid-read", "method": "resources/read", "params": {"uri": "astrid://spinner/spin"}}
+        )
+        served.send(
+            {"jsonrpc": "2.0", "id": "mid-read-2", "method": "resources/read", "params": {"uri": "astrid://docs/index"}}
+        )
         served.until_id("mid-read-2")  # the slow read is in flight; the fast one was served meanwhile
     finally:
         code = served.close(timeout_s=20)  # the client goes away mid-read
@@ -234,7 +259,11 @@ def test_an_idle_client_that_disconnects_leaves_a_clean_exit(bundled, tmp_path):
 def test_stdout_carries_only_json_rpc(server):
     # everything the module's server wrote to stdout so far parsed as JSON-RPC (until_id would
     # have raised otherwise); one more exchange with a capsule-side failure to be sure
-    error = error_for(server, json.dumps({"jsonrpc": "2.0", "id": "nf", "method": "resources/read", "params": {"uri": "astrid://nowhere"}}), "nf")
+    error = error_for(
+        server,
+        json.dumps({"jsonrpc": "2.0", "id": "nf", "method": "resources/read", "params": {"uri": "astrid://nowhere"}}),
+        "nf",
+    )
     assert error["code"] == NOT_FOUND_2025
     assert server.stderr()  # the logs went to stderr
     assert "astrid:" in server.stderr()

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from .conftest import REPO, make_hostile, server_env
+from tests.security.hostile import make_hostile
+from tests.support.paths import REPO
+from tests.support.processes import server_env
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +29,7 @@ def test_a_short_soak_answers_everything_without_crashes_or_leaks(bundled, hosti
     args = [sys.executable, "-m", "soak", "--clients", "2", "--seconds", str(SECONDS), "--json"]
     for folder in (*bundled, hostile):
         args += ["--capsules", str(folder)]
-    result = subprocess.run(
-        args, cwd=REPO, env=server_env(home), capture_output=True, text=True, timeout=SECONDS + 120
-    )
+    result = subprocess.run(args, cwd=REPO, env=server_env(home), capture_output=True, text=True, timeout=SECONDS + 120)
     assert result.returncode == 0, result.stderr
     line, raw = result.stdout.strip().splitlines()[-2:]
     print("\n" + line)

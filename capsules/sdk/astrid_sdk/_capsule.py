@@ -35,7 +35,7 @@ MAX_ERROR_CHARS = 1000
 class Context:
     """What a handler knows about the call: the verified principal and the host services."""
 
-    def __init__(self, capsule: "Capsule", host, caller, uri: str | None = None, key: str | None = None) -> None:
+    def __init__(self, capsule: Capsule, host, caller, uri: str | None = None, key: str | None = None) -> None:
         self._capsule = capsule
         self._host = host
         self.principal: str = caller.principal
@@ -58,7 +58,9 @@ class Context:
         """Host wall-clock milliseconds (the guest has no clock of its own)."""
         return self._host.clock_ms()
 
-    def request(self, topic: str, reply_prefix: str, payload: dict | None = None, timeout_ms: int = REQUEST_TIMEOUT_MS) -> dict:
+    def request(
+        self, topic: str, reply_prefix: str, payload: dict | None = None, timeout_ms: int = REQUEST_TIMEOUT_MS
+    ) -> dict:
         """Request/response over the bus: the reply to `payload` on `topic`, as a dict.
 
         Mints a correlation id (host clock + a counter), subscribes to
@@ -302,7 +304,9 @@ class Capsule:
 
             from astrid_sdk._host import WitHost
         except ImportError:
-            raise RuntimeError("Capsule.world() works only inside a componentize-py build (astrid capsule build)") from None
+            raise RuntimeError(
+                "Capsule.world() works only inside a componentize-py build (astrid capsule build)"
+            ) from None
 
         capsule = self
         host = WitHost()
@@ -328,7 +332,7 @@ class Capsule:
                 return self._custom(custom, payload, host)
             self._log(host, "warn", f"no handler named {action!r} (bind describe, read or a @capsule.on name)")
             return "continue", f"unknown handler {action}"
-        except BaseException as exc:  # noqa: BLE001 - nothing may trap the instance
+        except BaseException as exc:
             text = _describe_exception(exc)
             self._log(host, "error", f"{action}: {text}")
             return "error", _short(text)
@@ -356,14 +360,14 @@ class Capsule:
             try:
                 if static.visible is None or static.visible(ctx):
                     add(static.definition)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._log(host, "error", f"describe: visible() of {uri} raised {_describe_exception(exc)}; not listed")
         for family in self._families:
             if family._lister is None:
                 continue
             try:
                 items = list(family._lister(ctx) or ())
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._log(host, "error", f"describe: lister of {family.prefix} raised {_describe_exception(exc)}")
                 continue
             for item in items:
@@ -372,7 +376,11 @@ class Capsule:
                 except DefinitionError as exc:
                     self._log(host, "warn", f"describe: dropped a member of {family.prefix}: {exc}")
         if len(listed) > _wire.MAX_RESOURCES_PER_DESCRIBE:
-            self._log(host, "warn", f"describe: {len(listed)} resources, only the first {_wire.MAX_RESOURCES_PER_DESCRIBE} are listed")
+            self._log(
+                host,
+                "warn",
+                f"describe: {len(listed)} resources, only the first {_wire.MAX_RESOURCES_PER_DESCRIBE} are listed",
+            )
             del listed[_wire.MAX_RESOURCES_PER_DESCRIBE :]
         body = dumps(_wire.describe_response(listed))
         while _wire.utf8_len(body) > _wire.MAX_MESSAGE_BYTES and listed:
@@ -402,7 +410,7 @@ class Capsule:
             return "continue", "bad request"
         uri = request.get("uri") if isinstance(request, dict) else None
         correlation_id = request.get("correlation_id") if isinstance(request, dict) else None
-        if not isinstance(uri, str) or not is_clean_segment(correlation_id):
+        if not isinstance(uri, str) or not isinstance(correlation_id, str) or not is_clean_segment(correlation_id):
             self._log(host, "warn", "read: the request lacks a uri or a clean correlation_id; ignored")
             return "continue", "bad request"
         route = self._route(uri)
@@ -431,8 +439,13 @@ class Capsule:
             return "continue", "not found"
         except DefinitionError as exc:
             name = getattr(target.handler, "__name__", "handler")
-            return self._fail(host, topic, uri, f"handler {name} {exc}" if str(exc).startswith("returned") else f"handler {name}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - user code
+            return self._fail(
+                host,
+                topic,
+                uri,
+                f"handler {name} {exc}" if str(exc).startswith("returned") else f"handler {name}: {exc}",
+            )
+        except Exception as exc:
             name = getattr(target.handler, "__name__", "handler")
             return self._fail(host, topic, uri, f"handler {name} raised {_describe_exception(exc)}")
         try:
@@ -469,7 +482,7 @@ class Capsule:
         ctx = Context(self, host, caller) if caller is not None else None
         try:
             result = function(ctx, bytes(payload) if payload is not None else b"")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             text = _describe_exception(exc)
             self._log(host, "error", f"handler {getattr(function, '__name__', '?')} raised {text}")
             return "error", _short(text)
@@ -487,5 +500,5 @@ class Capsule:
     def _log(host, level: str, message: str) -> None:
         try:
             host.log(level, message)
-        except Exception:  # noqa: BLE001 - logging must never break serving
+        except Exception:
             pass

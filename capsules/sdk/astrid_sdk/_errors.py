@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class DefinitionError(ValueError):
-    """A resource definition or chunk that breaks the contract (SPEC §3, §7)."""
+    """A resource definition or chunk that breaks the contract (docs/contract.md §3, §7)."""
 
 
 class NotFound(Exception):

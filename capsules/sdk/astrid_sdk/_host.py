@@ -7,9 +7,9 @@ duck-typed surface below, so the SDK logic stays testable on its own.
 
 from __future__ import annotations
 
+from componentize_py_types import Err
 from wit_world.imports import astrid_ipc_host as ipc
 from wit_world.imports import astrid_sys_host as sys_host
-from componentize_py_types import Err
 
 from astrid_sdk._errors import HostError
 

@@ -1,4 +1,4 @@
-"""Resource definitions, read chunks and their JSON encoding (SPEC §3, §4, §7).
+"""Resource definitions, read chunks and their JSON encoding (docs/contract.md §3, §4, §7).
 
 Pure Python, stdlib only: this module runs inside the wasm guest. It must not
 touch the clock, the filesystem, randomness or stdout (the guest has no WASI:
@@ -18,7 +18,7 @@ import re
 
 from astrid_sdk._errors import DefinitionError
 
-# SPEC §7 defaults; the SDK enforces them on its own output so an over-limit
+# docs/contract.md §7 defaults; the SDK enforces them on its own output so an over-limit
 # reply becomes a read error (or a logged drop in describe), never a message
 # the host refuses.
 KIB = 1024
@@ -120,7 +120,7 @@ class Annotations:
         self.last_modified = _opt_text(last_modified, "last_modified", 64)
 
     @classmethod
-    def coerce(cls, value) -> "Annotations | None":
+    def coerce(cls, value) -> Annotations | None:
         if value is None or isinstance(value, Annotations):
             return value
         if isinstance(value, dict):
@@ -155,7 +155,7 @@ class Icon:
         self.theme = theme
 
     @classmethod
-    def coerce(cls, value) -> "Icon":
+    def coerce(cls, value) -> Icon:
         if isinstance(value, Icon):
             return value
         if isinstance(value, str):

@@ -5,24 +5,22 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from astrid.host.broker import Broker
-from astrid.host.kernel.bus import Bus, Principal
+from astrid.host.broker.client import FrontDoorClient
+from astrid.host.bus import Bus, InMemoryBus, Principal
+from astrid.host.contract.topics import FRONT_DOOR_CLIENT
 from astrid.host.limits import Limits
-from astrid.host.mcp.frontdoor import FrontDoorClient, mcp_participant
 from tests.host.broker.fakes import ThreadDispatcher
-
-ALICE = Principal.verified("alice")
-BOB = Principal.verified("bob")
 
 
 @pytest.fixture(params=["threads", "inline"])
 def bus(request) -> Bus:
     """The real Bus, with handlers on threads (as in the kernel) or inline."""
-    return Bus(ThreadDispatcher() if request.param == "threads" else None)
+    return InMemoryBus(ThreadDispatcher() if request.param == "threads" else None)
 
 
 @pytest.fixture
 def threaded_bus() -> Bus:
-    return Bus(ThreadDispatcher())
+    return InMemoryBus(ThreadDispatcher())
 
 
 @pytest.fixture
@@ -35,7 +33,7 @@ def make_broker() -> Iterator[Callable[..., tuple[Broker, Callable[[Principal], 
     made: list[Broker] = []
 
     def make(bus: Bus, limits: Limits = Limits(), timeout_s: float = 10.0):
-        ingress = mcp_participant()
+        ingress = FRONT_DOOR_CLIENT.participant()
         broker = Broker(bus, limits=limits, trusted_ingress=[ingress.source_id]).start()
         made.append(broker)
 

@@ -15,22 +15,34 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from astrid.host.kernel.bus import Binding, Bus, Delivery, Dispatcher, Message, Participant, host_participant
+from astrid.host.bus import (
+    Binding,
+    Bus,
+    Dispatcher,
+    InMemoryDelivery,
+    Message,
+    Participant,
+    Principal,
+    host_participant,
+)
+
+ALICE = Principal.verified("alice")
+BOB = Principal.verified("bob")
 
 
 class ThreadDispatcher(Dispatcher):
     """Every handler on its own thread, like the kernel's pools."""
 
-    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: Delivery) -> None:
+    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: InMemoryDelivery) -> None:
         for binding, message in runs:
             threading.Thread(target=self._run, args=(binding, message, delivery), daemon=True).start()
 
     @staticmethod
-    def _run(binding: Binding, message: Message, delivery: Delivery) -> None:
+    def _run(binding: Binding, message: Message, delivery: InMemoryDelivery) -> None:
         try:
             binding.handler(message)
         finally:
-            delivery._done_one()
+            delivery.handler_finished()
 
 
 def text(uri: str, body: str, **extra) -> dict:

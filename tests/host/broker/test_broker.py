@@ -10,13 +10,11 @@ import time
 
 import pytest
 
-from astrid.host.contract.events import CAPSULES_LOADED_TOPIC
-from astrid.host.contract.frontdoor import READ_TOPIC, ReadResourceRequest, reply_topic
-from astrid.host.kernel.bus import Bus, Principal, host_participant
+from astrid.host.bus import InMemoryBus, Principal, host_participant
+from astrid.host.contract.frontdoor import ReadResourceRequest
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT, FRONT_DOOR_READ, reply_topic
 from astrid.host.limits import Limits
-from astrid.host.mcp.frontdoor import mcp_participant
-from tests.host.broker.conftest import ALICE, BOB
-from tests.host.broker.fakes import FakeCapsule, blob, resource, text
+from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, resource, text
 
 
 def uris(resources) -> list[str]:
@@ -97,7 +95,7 @@ def test_reply_attributed_to_another_principal_is_dropped(bus, make_broker):
     FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/alice")]})
     rogue = host_participant("rogue", "src-rogue", publish=["resource.v1.response.*"])
 
-    from astrid.host.kernel.bus import Binding
+    from astrid.host.bus import Binding
 
     def answer_as_bob(message):
         payload = json.dumps({"resources": [resource("astrid://rogue/x")]})
@@ -152,7 +150,9 @@ def test_an_over_size_reply_is_dropped_and_logged(bus, make_broker, caplog):
 
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
         assert uris(client(ALICE).list_resources()) == ["astrid://small/1"]
-    assert any("src-big dropped" in r.getMessage() and "more than the limit of 3" in r.getMessage() for r in caplog.records)
+    assert any(
+        "src-big dropped" in r.getMessage() and "more than the limit of 3" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_garbage_replies_are_ignored(bus, make_broker):
@@ -288,7 +288,7 @@ def test_unverified_principals_list_nothing(bus, make_broker):
 
 
 def test_list_reply_is_trimmed_to_one_bus_message(make_broker):
-    bus = Bus(max_payload_bytes=4000)
+    bus = InMemoryBus(max_payload_bytes=4000)
     for half in (0, 1):
         entries = [resource(f"astrid://wide/{half}{i}", description="d" * 300) for i in range(8)]
         FakeCapsule(bus, f"wide{half}", resources={"alice": entries})
@@ -453,12 +453,31 @@ def test_capsule_error_reply(bus, make_broker):
     [
         (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x")] * 5}), "over_limit"),
         (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x" * 600)]}), "over_limit"),
-        (lambda r: json.dumps({"uri": r["uri"], "contents": [blob(r["uri"], base64.b64encode(b"y" * 600).decode())]}), "over_limit"),
-        (lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "x" * 200), blob(r["uri"], base64.b64encode(b"y" * 400).decode())]}), "over_limit"),
+        (
+            lambda r: json.dumps(
+                {"uri": r["uri"], "contents": [blob(r["uri"], base64.b64encode(b"y" * 600).decode())]}
+            ),
+            "over_limit",
+        ),
+        (
+            lambda r: json.dumps(
+                {
+                    "uri": r["uri"],
+                    "contents": [text(r["uri"], "x" * 200), blob(r["uri"], base64.b64encode(b"y" * 400).decode())],
+                }
+            ),
+            "over_limit",
+        ),
         (lambda r: json.dumps({"uri": r["uri"], "contents": []}), "capsule_error"),
         (lambda r: json.dumps({"uri": "astrid://other", "contents": [text(r["uri"], "x")]}), "capsule_error"),
-        (lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "blob", "uri": r["uri"], "blob": "%%%"}]}), "capsule_error"),
-        (lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "text", "uri": r["uri"], "text": 5}]}), "capsule_error"),
+        (
+            lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "blob", "uri": r["uri"], "blob": "%%%"}]}),
+            "capsule_error",
+        ),
+        (
+            lambda r: json.dumps({"uri": r["uri"], "contents": [{"type": "text", "uri": r["uri"], "text": 5}]}),
+            "capsule_error",
+        ),
         (lambda r: json.dumps("just a string"), "capsule_error"),
     ],
 )
@@ -476,7 +495,11 @@ def test_a_bad_chunk_meta_loses_the_field_not_the_read(bus, make_broker):
         bus,
         "c",
         raw_read=lambda r: json.dumps(
-            {"uri": r["uri"], "meta": "7", "contents": [text(r["uri"], "x", meta="[1]"), text(r["uri"], "y", meta='{"a": 1}')]}
+            {
+                "uri": r["uri"],
+                "meta": "7",
+                "contents": [text(r["uri"], "x", meta="[1]"), text(r["uri"], "y", meta='{"a": 1}')],
+            }
         ),
     )
     _, client = make_broker(bus)
@@ -497,7 +520,7 @@ def test_read_at_the_byte_limit_is_served(bus, make_broker):
 
 def _raw_read(bus, sender, principal, uri="astrid://c/x", req_id="r1"):
     with bus.subscribe(sender, reply_topic(req_id), principal_scope=principal) as sub:
-        bus.publish(sender, READ_TOPIC, ReadResourceRequest(req_id=req_id, uri=uri).to_json(), principal)
+        bus.publish(sender, FRONT_DOOR_READ, ReadResourceRequest(req_id=req_id, uri=uri).to_json(), principal)
         message = sub.recv(5)
     assert message is not None
     return json.loads(message.payload)
@@ -506,7 +529,7 @@ def _raw_read(bus, sender, principal, uri="astrid://c/x", req_id="r1"):
 def test_read_from_an_untrusted_participant_is_denied(bus, make_broker):
     capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}})
     make_broker(bus)
-    stranger = mcp_participant()  # right ACLs, but not the trusted ingress
+    stranger = FRONT_DOOR_CLIENT.participant()  # right ACLs, but not the trusted ingress
 
     reply = _raw_read(bus, stranger, ALICE)
 
@@ -519,7 +542,7 @@ def test_read_from_an_untrusted_participant_is_denied(bus, make_broker):
 def test_read_without_a_verified_principal_is_denied(bus, make_broker, principal):
     capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
     broker, _ = make_broker(bus)
-    trusted = mcp_participant()
+    trusted = FRONT_DOOR_CLIENT.participant()
     broker.trust_ingress(trusted.source_id)
 
     reply = _raw_read(bus, trusted, principal)
@@ -531,7 +554,7 @@ def test_read_without_a_verified_principal_is_denied(bus, make_broker, principal
 def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
     FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
     broker, _ = make_broker(bus)
-    trusted = mcp_participant()
+    trusted = FRONT_DOOR_CLIENT.participant()
     broker.trust_ingress(trusted.source_id)
     reply = _raw_read(bus, trusted, ALICE)
     assert reply["contents"][0]["text"] == "x"
@@ -540,10 +563,10 @@ def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
 
 def test_invalid_read_request_gets_invalid_request(bus, make_broker):
     broker, _ = make_broker(bus)
-    trusted = mcp_participant()
+    trusted = FRONT_DOOR_CLIENT.participant()
     broker.trust_ingress(trusted.source_id)
     with bus.subscribe(trusted, reply_topic("r2"), principal_scope=ALICE) as sub:
-        bus.publish(trusted, READ_TOPIC, json.dumps({"req_id": "r2", "uri": 7}), ALICE)
+        bus.publish(trusted, FRONT_DOOR_READ, json.dumps({"req_id": "r2", "uri": 7}), ALICE)
         message = sub.recv(5)
     assert json.loads(message.payload)["error"]["code"] == "invalid_request"
 
@@ -554,7 +577,7 @@ def test_over_long_uri_is_an_invalid_request(bus, make_broker):
 
 
 def test_a_broker_failure_is_answered_at_once_not_left_to_time_out(bus, make_broker, monkeypatch):
-    from astrid.host.mcp.frontdoor import BrokerUnavailable
+    from astrid.host.errors import BrokerUnavailable
 
     broker, client = make_broker(bus, timeout_s=5)
 
@@ -575,13 +598,23 @@ def test_a_read_after_the_owner_was_rebuilt_is_served_by_the_new_build(bus, make
     capsule-set change was announced: the stale owner is not reached, so the
     broker re-describes and reads from the new build, not from whoever answered."""
     uri = "astrid://c/x"
-    old = FakeCapsule(bus, "c", source_id="src-old", resources={"alice": [resource(uri)]},
-                      contents={"alice": {uri: [text(uri, "old")]}})
+    old = FakeCapsule(
+        bus,
+        "c",
+        source_id="src-old",
+        resources={"alice": [resource(uri)]},
+        contents={"alice": {uri: [text(uri, "old")]}},
+    )
     _, client = make_broker(bus)
     client(ALICE).list_resources()
     old.unload()
-    new = FakeCapsule(bus, "c", source_id="src-new", resources={"alice": [resource(uri)]},
-                      contents={"alice": {uri: [text(uri, "new")]}})
+    new = FakeCapsule(
+        bus,
+        "c",
+        source_id="src-new",
+        resources={"alice": [resource(uri)]},
+        contents={"alice": {uri: [text(uri, "new")]}},
+    )
 
     reply = client(ALICE).read_resource(uri)
 
@@ -610,7 +643,9 @@ def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(b
     _, client = make_broker(bus)
     kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
     alice = client(ALICE)  # one client, as the MCP server holds one
-    asker = host_participant("asker", "asker-1", publish=["astrid.v1.request.mcp.*"], subscribe=["astrid.v1.response.*"])
+    asker = host_participant(
+        "asker", "asker-1", publish=["astrid.v1.request.mcp.*"], subscribe=["astrid.v1.response.*"]
+    )
 
     def raw_list(req_id: str) -> dict:
         with bus.subscribe(asker, f"astrid.v1.response.{req_id}", principal_scope=ALICE) as replies:
@@ -630,7 +665,9 @@ def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(b
     assert len(raw_list("fourth")["resources"]) == 2
 
 
-def test_an_unlisted_uri_two_capsules_answer_goes_to_the_first_source_id_not_the_fastest(threaded_bus, make_broker, caplog):
+def test_an_unlisted_uri_two_capsules_answer_goes_to_the_first_source_id_not_the_fastest(
+    threaded_bus, make_broker, caplog
+):
     uri = "astrid://shared/member-7"  # a family member nobody lists
     for source, delay in (("src-a", 0.2), ("src-b", 0.0)):
         FakeCapsule(

@@ -6,10 +6,11 @@ import itertools
 import json
 import logging
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from astrid.host.broker.describe import merge_round
-from astrid.host.kernel.bus import Message, Principal
+from astrid.host.bus import Message, Principal
 from astrid.host.limits import Limits
 
 ALICE = Principal.verified("alice")
@@ -35,7 +36,11 @@ def test_replies_of_other_principals_are_dropped(caplog):
 
 
 def test_first_source_id_wins_in_every_arrival_order():
-    messages = [reply("src-c", ["astrid://x"]), reply("src-a", ["astrid://x"]), reply("src-b", ["astrid://x", "astrid://y"])]
+    messages = [
+        reply("src-c", ["astrid://x"]),
+        reply("src-a", ["astrid://x"]),
+        reply("src-b", ["astrid://x", "astrid://y"]),
+    ]
     for order in itertools.permutations(messages):
         result = merge_round(ALICE, order, Limits())
         assert result.owners == {"astrid://x": "src-a", "astrid://y": "src-b"}
@@ -43,7 +48,10 @@ def test_first_source_id_wins_in_every_arrival_order():
         assert sorted((c.winner, c.loser) for c in result.collisions) == [("src-a", "src-b"), ("src-a", "src-c")]
 
 
-@given(st.lists(st.tuples(st.sampled_from("abcde"), st.lists(st.sampled_from("uvwxyz"), max_size=4)), max_size=6), st.randoms())
+@given(
+    st.lists(st.tuples(st.sampled_from("abcde"), st.lists(st.sampled_from("uvwxyz"), max_size=4)), max_size=6),
+    st.randoms(),
+)
 def test_the_result_never_depends_on_arrival_order(replies, random):
     messages = [reply(f"src-{s}", [f"astrid://{u}" for u in uris]) for s, uris in replies]
     shuffled = list(messages)

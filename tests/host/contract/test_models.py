@@ -1,4 +1,4 @@
-"""The JSON encoding rule and the SPEC §7 limits, enforced by the models."""
+"""The JSON encoding rule and the docs/contract.md §7 limits, enforced by the models."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
 from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceReply
-from astrid.host.contract.resource import BlobChunk
+from astrid.host.contract.resource import BlobChunk, TextChunk
 from astrid.host.limits import Limits
 
 GOOD = {
@@ -83,6 +83,7 @@ def test_describe_reply_over_the_resource_cap_is_rejected() -> None:
 def test_chunks_use_the_type_discriminant() -> None:
     text = chunk_adapter.validate_json('{"type":"text","uri":"a://b","text":"hi"}')
     blob = chunk_adapter.validate_json('{"type":"blob","uri":"a://b","blob":"aGk="}')
+    assert isinstance(text, TextChunk)
     assert (text.text, blob.raw_size()) == ("hi", 2)
     assert text.to_wire() == {"type": "text", "uri": "a://b", "text": "hi"}
 
@@ -116,7 +117,9 @@ def test_correlation_and_request_ids_must_be_clean_segments() -> None:
 
 def test_front_door_reply_serialises_chunks_with_their_tag() -> None:
     reply = ReadResourceReply(
-        req_id="r1", uri="a://b", contents=[chunk_adapter.validate_python({"type": "text", "uri": "a://b", "text": "t"})]
+        req_id="r1",
+        uri="a://b",
+        contents=[chunk_adapter.validate_python({"type": "text", "uri": "a://b", "text": "t"})],
     )
     assert json.loads(reply.to_json())["contents"][0]["type"] == "text"
 

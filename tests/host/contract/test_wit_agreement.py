@@ -143,9 +143,7 @@ def test_resource_contents_variant_cases_match_the_chunk_tags(wit: dict[str, Any
 
 
 def test_every_contract_record_has_a_model(wit: dict[str, Any]) -> None:
-    contract_interfaces = {
-        i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in ("types", "resource")
-    }
+    contract_interfaces = {i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in ("types", "resource")}
     records = {
         t["name"]
         for t in wit["types"]

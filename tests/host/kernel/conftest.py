@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from astrid.host.kernel.bus import Message, Participant, Principal, Subscription
+from astrid.host.bus import Message, Participant, Principal, Subscription
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 from astrid.host.limits import Limits
-from astrid.host.toolpaths import wasm_tools
-from astrid.wit import CAPSULE_WORLD, WIT_DIR
+from tests.support.paths import FIXTURES
+from tests.support.wat import build_wat
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wat"
+WAT = FIXTURES / "wat"
 PROBE_HANDLERS = ("whoami", "echo", "keep", "recall", "denied", "nonjson", "spin", "grow", "trap")
-
-
-def build_wat(wat: Path, out: Path) -> Path:
-    core = out.with_suffix(".core.wasm")
-    subprocess.run(
-        [wasm_tools(), "component", "embed", str(WIT_DIR), "--world", CAPSULE_WORLD, str(wat), "-o", str(core)],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run([wasm_tools(), "component", "new", str(core), "-o", str(out)], check=True, capture_output=True)
-    core.unlink()
-    return out
 
 
 def probe_manifest(name: str, publish: tuple[str, ...] = ("test.*",)) -> str:
@@ -50,7 +37,7 @@ def probe_manifest(name: str, publish: tuple[str, ...] = ("test.*",)) -> str:
 
 @pytest.fixture(scope="session")
 def probe_wasm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wat(FIXTURES / "probe.wat", tmp_path_factory.mktemp("wat") / "probe.wasm")
+    return build_wat(WAT / "probe.wat", tmp_path_factory.mktemp("wat") / "probe.wasm")
 
 
 @pytest.fixture
@@ -93,7 +80,9 @@ def answers(kernel: Kernel) -> list[str]:
     with kernel.bus.subscribe(client, "test.whoami") as who:
         delivery = kernel.bus.publish(client, "probe.whoami", "{}", Principal.verified("alice"))
         delivery.wait(5)
-        return [who.recv(2).source_id for _ in range(delivery.receivers)]
+        messages = [who.recv(2) for _ in range(delivery.receivers)]
+    assert all(messages), "a receiver did not answer whoami"
+    return [m.source_id for m in messages if m is not None]
 
 
 def collect(subscription: Subscription, count: int, timeout_s: float = 5.0) -> list[Message]:

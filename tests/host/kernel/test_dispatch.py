@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import time
 
-from astrid.host.kernel.bus import Principal
+from astrid.host.bus import Principal
 from astrid.host.kernel.loader import source_id_for
 
-from .conftest import collect, client_for as client_of
+from .conftest import client_for as client_of
+from .conftest import collect
 
 ALICE = Principal.verified("alice")
 BOB = Principal.verified("bob")
@@ -92,7 +93,7 @@ def test_the_dispatcher_reports_when_every_handler_finished(make_probe, kernel_f
 def test_host_reserved_topics_stay_closed_to_capsules_whatever_the_manifest(make_probe, kernel_factory) -> None:
     kernel = kernel_factory([make_probe(publish=("astrid.*", "test.*"))])
     [capsule] = kernel.loaded()
-    participant = next(p for c, p in kernel.capsules.values() if c is capsule)
+    participant = next(slot.participant for slot in kernel.capsules.values() if slot.capsule is capsule)
     assert participant.may_publish("test.anything")
     assert participant.may_publish("astrid.v1.request.capsules")
     for topic in ("astrid.v1.request.mcp.resource.read", "astrid.v1.response.abc", "astrid.v1.capsules_loaded"):
@@ -112,12 +113,16 @@ def test_declared_uri_families_skip_reads_a_capsule_cannot_own(make_probe, kerne
     parent = tmp_path / "caps"
     hinted = make_probe("hinted", parent=parent)
     manifest = (hinted / "Capsule.toml").read_text()
-    manifest = manifest.replace('"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"')
+    manifest = manifest.replace(
+        '"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"'
+    )
     (hinted / "Capsule.toml").write_text(manifest + '\n[resources]\nfamilies = ["astrid://docs/"]\n')
     plain = make_probe("plain", parent=parent)
     manifest = (plain / "Capsule.toml").read_text()
     (plain / "Capsule.toml").write_text(
-        manifest.replace('"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"')
+        manifest.replace(
+            '"probe.whoami"', '"resource.v1.request.read" = { wit = "x", handler = "whoami" }\n"probe.whoami"'
+        )
     )
     kernel = kernel_factory([parent])
     client = kernel.attach_host("c", publish=["resource.*"])

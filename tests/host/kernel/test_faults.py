@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from astrid.host.bus import Principal
 from astrid.host.kernel import compile_cache
-from astrid.host.kernel.bus import Principal
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 from astrid.host.kernel.loader import load_capsule

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsulesLoaded
+from astrid.host.bus import Principal
+from astrid.host.contract.events import CapsulesLoaded
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC
 from astrid.host.kernel import kernel as kernel_module
-from astrid.host.kernel.bus import Principal
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
 from astrid.host.kernel.manifest import ManifestError, parse_manifest
@@ -40,7 +41,11 @@ def test_manifest_binds_handlers_and_grants_acls() -> None:
     )
     assert manifest.handlers() == {"resource.v1.request.read": "read"}
     assert set(manifest.subscribe) == {"resource.v1.request.read", "resource.v1.response.*"}
-    assert (manifest.config_value("greeting"), manifest.config_value("n"), manifest.config_value("x")) == ("hi", "3", None)
+    assert (manifest.config_value("greeting"), manifest.config_value("n"), manifest.config_value("x")) == (
+        "hi",
+        "3",
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,7 +84,8 @@ def test_a_broken_capsule_is_reported_by_name_and_the_others_still_load(make_pro
 def test_a_component_importing_wasi_is_refused(make_probe, tmp_path, component_cache_dir) -> None:
     wat = tmp_path / "wasi.wat"
     wat.write_text(
-        '(component (import "wasi:cli/environment@0.2.0" (instance (export "get-arguments" (func (result (list string)))))))'
+        '(component (import "wasi:cli/environment@0.2.0" '
+        '(instance (export "get-arguments" (func (result (list string)))))))'
     )
     folder = make_probe("wasi")
     subprocess.run([wasm_tools(), "parse", str(wat), "-o", str(folder / "probe.wasm")], check=True)
@@ -153,7 +159,9 @@ def test_kernel_answers_the_inventory_request_for_the_callers_principal(make_pro
     kernel = kernel_factory([make_probe()])
     client = kernel.attach_host("c", publish=["astrid.v1.request.capsules"], subscribe=["astrid.v1.response.*"])
     with kernel.bus.subscribe(client, "astrid.v1.response.capsules.c1") as replies:
-        delivery = kernel.bus.publish(client, "astrid.v1.request.capsules", '{"correlation_id":"c1"}', Principal.verified("al"))
+        delivery = kernel.bus.publish(
+            client, "astrid.v1.request.capsules", '{"correlation_id":"c1"}', Principal.verified("al")
+        )
         # answered in the publisher's thread: no pool thread (maybe held by a
         # broker waiting on this very capsule) is needed
         assert delivery.finished
@@ -180,7 +188,9 @@ def test_a_file_that_is_not_a_component_is_named_for_what_it_is(make_probe, tmp_
     assert expected in str(caught.value) and "astrid capsule build" in str(caught.value)
 
 
-def test_a_failed_capsule_is_retried_only_once_its_files_change(make_probe, kernel_factory, tmp_path, monkeypatch) -> None:
+def test_a_failed_capsule_is_retried_only_once_its_files_change(
+    make_probe, kernel_factory, tmp_path, monkeypatch
+) -> None:
     parent = tmp_path / "caps"
     make_probe("good", parent=parent)
     broken = make_probe("broken", parent=parent)
@@ -189,7 +199,12 @@ def test_a_failed_capsule_is_retried_only_once_its_files_change(make_probe, kern
     kernel = kernel_factory([parent])
     attempts: list[Path] = []
     real_load = kernel_module.load_capsule
-    monkeypatch.setattr(kernel_module, "load_capsule", lambda folder, cache: attempts.append(folder) or real_load(folder, cache))
+
+    def counting_load(folder, cache):
+        attempts.append(folder)
+        return real_load(folder, cache)
+
+    monkeypatch.setattr(kernel_module, "load_capsule", counting_load)
 
     make_probe("other", parent=parent)  # an unrelated change
     report = {r.name: r for r in kernel.reload()}
@@ -202,7 +217,9 @@ def test_a_failed_capsule_is_retried_only_once_its_files_change(make_probe, kern
     assert [c.name for c in kernel.loaded()] == ["broken", "good", "other"]
 
 
-def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(make_probe, kernel_factory, monkeypatch) -> None:
+def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(
+    make_probe, kernel_factory, monkeypatch
+) -> None:
     folder = make_probe()
     kernel = kernel_factory([folder])
     client = client_for(kernel)
@@ -222,7 +239,9 @@ def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(make_p
     try:
         source_ids = {kernel.loaded()[0].source_id}
         for build in range(5):
-            subprocess.run([wasm_tools(), "metadata", "add", "--name", f"rebuild-{build}", str(wasm), "-o", str(wasm)], check=True)
+            subprocess.run(
+                [wasm_tools(), "metadata", "add", "--name", f"rebuild-{build}", str(wasm), "-o", str(wasm)], check=True
+            )
             kernel.reload()
             source_ids.add(kernel.loaded()[0].source_id)
     finally:
@@ -233,12 +252,19 @@ def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(make_p
 
     attempts: list[Path] = []
     real_load = kernel_module.load_capsule
-    monkeypatch.setattr(kernel_module, "load_capsule", lambda f, cache: attempts.append(f) or real_load(f, cache))
+
+    def counting_load(folder, cache):
+        attempts.append(folder)
+        return real_load(folder, cache)
+
+    monkeypatch.setattr(kernel_module, "load_capsule", counting_load)
     kernel.reload()
     assert attempts == []  # the rebuilt capsule is kept as loaded, not loaded again
 
 
-def test_a_second_capsule_of_the_same_name_is_refused_until_the_first_is_gone(make_probe, kernel_factory, tmp_path) -> None:
+def test_a_second_capsule_of_the_same_name_is_refused_until_the_first_is_gone(
+    make_probe, kernel_factory, tmp_path
+) -> None:
     first = make_probe("twin", parent=tmp_path / "a")
     second = make_probe("twin", parent=tmp_path / "b")  # a copy: same name, same build, same source-id
     kernel = kernel_factory([tmp_path / "a", tmp_path / "b"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from astrid.host.build import build_capsule
-from astrid.host.kernel.bus import Principal
+from astrid.host.bus import Principal
 
 from .conftest import client_for
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+from astrid.host.bus import Principal
 from astrid.host.kernel import sandbox
-from astrid.host.kernel.bus import Principal
 from astrid.host.limits import Limits
 
 from .conftest import client_for
@@ -85,7 +85,9 @@ def test_instances_are_capped_and_evicted_lru(make_probe, component_cache_dir) -
         kernel.close()
 
 
-def test_concurrent_calls_and_traps_on_one_instance_never_share_a_store(make_probe, kernel_factory, monkeypatch) -> None:
+def test_concurrent_calls_and_traps_on_one_instance_never_share_a_store(
+    make_probe, kernel_factory, monkeypatch
+) -> None:
     # Two threads inside one Store abort the whole process, so this test
     # "fails" by killing pytest if the per-Store lock is ever bypassed.
     from concurrent.futures import ThreadPoolExecutor

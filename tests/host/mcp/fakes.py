@@ -5,14 +5,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from astrid.host.contract.events import CAPSULES_LOADED_TOPIC, CapsuleInfo, CapsulesLoaded
-from astrid.host.kernel.bus import Bus, Principal, host_participant
+from astrid.host.bus import InMemoryBus, Principal, host_participant
+from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC
 from tests.host.broker.fakes import FakeCapsule, ThreadDispatcher
 
 
 class FakeKernel:
-    def __init__(self, setup: Callable[["FakeKernel"], None] | None = None) -> None:
-        self.bus = Bus(ThreadDispatcher())
+    def __init__(self, setup: Callable[[FakeKernel], None] | None = None) -> None:
+        self.bus = InMemoryBus(ThreadDispatcher())
         self.participant = host_participant("kernel", f"kernel-{uuid.uuid4().hex}", publish=[CAPSULES_LOADED_TOPIC])
         self.principals: set[Principal] = set()
         self.capsules: dict[str, FakeCapsule] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.mcp.runtime import FolderWatcher
+from astrid.host.watch import FolderWatcher
 
 WAIT_S = 10
 

@@ -1,4 +1,4 @@
-"""SPEC §6 reshape rules and §5 error codes, one by one."""
+"""docs/contract.md §6 reshape rules and §5 error codes, one by one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import mcp.types as types
 import pytest
 
-from astrid.host.contract.frontdoor import FrontDoorError
+from astrid.host.contract.frontdoor import FrontDoorFailure
 from astrid.host.contract.resource import Annotations, BlobChunk, ResourceDefinition, TextChunk
 from astrid.host.limits import Limits
 from astrid.host.mcp.reshape import (
@@ -55,14 +55,34 @@ def test_meta_over_the_cap_is_dropped():
     assert clean_meta(raw, Limits(meta_bytes=4096)) == {"com.example/a": "x" * 100}
 
 
-@pytest.mark.parametrize(("value", "clamped"), [(-1.0, 0.0), (0.0, 0.0), (0.25, 0.25), (1.0, 1.0), (7.0, 1.0), (float("inf"), 1.0), (float("-inf"), 0.0), (float("nan"), None), (None, None)])
+@pytest.mark.parametrize(
+    ("value", "clamped"),
+    [
+        (-1.0, 0.0),
+        (0.0, 0.0),
+        (0.25, 0.25),
+        (1.0, 1.0),
+        (7.0, 1.0),
+        (float("inf"), 1.0),
+        (float("-inf"), 0.0),
+        (float("nan"), None),
+        (None, None),
+    ],
+)
 def test_priority_is_clamped(value, clamped):
     assert clamp_priority(value) == clamped
 
 
 @pytest.mark.parametrize(
     ("value", "valid"),
-    [("2025-01-12T15:00:58Z", True), ("2025-01-12", True), ("2025-01-12T15:00:58.123+02:00", True), ("yesterday", False), ("", False), ("2025-13-40", False)],
+    [
+        ("2025-01-12T15:00:58Z", True),
+        ("2025-01-12", True),
+        ("2025-01-12T15:00:58.123+02:00", True),
+        ("yesterday", False),
+        ("", False),
+        ("2025-13-40", False),
+    ],
 )
 def test_iso8601(value, valid):
     assert is_iso8601(value) is valid
@@ -84,7 +104,9 @@ def test_resource_with_every_field():
             "mime_type": "text/plain",
             "size": 3,
             "annotations": {"audience": ["assistant"], "priority": 0.5, "last_modified": "2025-01-12T15:00:58Z"},
-            "icons": [{"src": "https://example.com/i.png", "mime_type": "image/png", "sizes": ["any"], "theme": "light"}],
+            "icons": [
+                {"src": "https://example.com/i.png", "mime_type": "image/png", "sizes": ["any"], "theme": "light"}
+            ],
             "meta": json.dumps({"com.example/k": "v", "io.modelcontextprotocol/k": "v"}),
         }
     )
@@ -103,7 +125,9 @@ def test_resource_with_every_field():
 
 
 def test_minimal_resource_has_no_empty_fields():
-    wire = to_resource(ResourceDefinition(uri="astrid://m", name="m")).model_dump(by_alias=True, mode="json", exclude_none=True)
+    wire = to_resource(ResourceDefinition(uri="astrid://m", name="m")).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
     assert wire == {"uri": "astrid://m", "name": "m"}
 
 
@@ -136,7 +160,7 @@ def test_chunks():
     ],
 )
 def test_error_codes_per_revision(code, version, expected):
-    error = read_error(FrontDoorError(code=code, message="why"), "astrid://u", version)
+    error = read_error(FrontDoorFailure(code=code, message="why"), "astrid://u", version)
     assert error.code == expected
     assert error.data["uri"] == "astrid://u"
     if code != "not_found":

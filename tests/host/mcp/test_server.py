@@ -17,19 +17,14 @@ import pytest
 from mcp import Client, MCPError
 
 from astrid.host.limits import Limits
-from astrid.host.mcp.runtime import Runtime, RuntimeConfig
 from astrid.host.mcp.server import AstridMcpServer
+from astrid.host.runtime import Runtime, RuntimeConfig
 from tests.host.broker.fakes import FakeCapsule, blob, resource, text
 from tests.host.mcp.fakes import FakeKernel
 
 pytestmark = pytest.mark.anyio
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00").decode()
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def docs_capsule(bus) -> FakeCapsule:
@@ -61,7 +56,9 @@ def docs_capsule(bus) -> FakeCapsule:
         contents={
             "alice": {
                 "astrid://docs/readme": [
-                    text("astrid://docs/readme", "# hi", mime_type="text/markdown", meta=json.dumps({"com.example/a": 1}))
+                    text(
+                        "astrid://docs/readme", "# hi", mime_type="text/markdown", meta=json.dumps({"com.example/a": 1})
+                    )
                 ],
                 "astrid://docs/logo": [blob("astrid://docs/logo", PNG, mime_type="image/png")],
                 "astrid://docs/book": [text("astrid://docs/book#1", "one"), text("astrid://docs/book#2", "two")],
@@ -74,7 +71,9 @@ def docs_capsule(bus) -> FakeCapsule:
 @asynccontextmanager
 async def serving(setup=None, *, principal="alice", mode="legacy", limits=Limits(), message_handler=None):
     kernel = FakeKernel(setup or (lambda k: k.add(docs_capsule(k.bus))))
-    runtime = Runtime(RuntimeConfig(capsule_paths=[], principal=principal, limits=limits), kernel_factory=lambda c: kernel)
+    runtime = Runtime(
+        RuntimeConfig(capsule_paths=[], principal=principal, limits=limits), kernel_factory=lambda c: kernel
+    )
     runtime.start(background=True)
     server = AstridMcpServer(runtime, limits=limits)
     try:
@@ -135,7 +134,10 @@ async def test_read_text_blob_and_multi_chunk():
     assert chunk.text == "# hi" and chunk.mime_type == "text/markdown" and chunk.meta == {"com.example/a": 1}
     [image] = logo.contents
     assert isinstance(image, types.BlobResourceContents) and image.blob == PNG and image.mime_type == "image/png"
-    assert [(c.uri, c.text) for c in book.contents] == [("astrid://docs/book#1", "one"), ("astrid://docs/book#2", "two")]
+    assert [(c.uri, c.text) for c in book.contents] == [
+        ("astrid://docs/book#1", "one"),
+        ("astrid://docs/book#2", "two"),
+    ]
 
 
 @pytest.mark.parametrize(("mode", "code"), [("legacy", -32002), ("2026-07-28", -32602)])

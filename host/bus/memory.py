@@ -1,18 +1,9 @@
-"""The in-memory bus: topics, ACLs, host-stamped envelopes, bounded queues.
+"""The in-memory bus: every participant in one process.
 
-Everything that talks on the bus is a `Participant` with a source-id and
-publish/subscribe ACLs (capsules get theirs from the manifest; host-native
-participants such as the broker and the MCP server declare their own).
-The interface is small on purpose (publish, subscribe, bind) so a NATS-backed
-bus can replace this one later.
-
-Two ways to receive:
-- `subscribe(pattern)` gives a `Subscription` queue to `poll`/`recv` from;
-- `bind(pattern, handler)` registers a handler the dispatcher invokes for each
-  matching message (capsule interceptors and host handlers alike).
-
-`publish` returns a `Delivery` whose `wait()` returns once every handler
-invoked for that message has finished: the broker ends a drain early with it.
+It implements `astrid.host.bus.base.Bus`: ACL and grammar checks on every
+operation, host-stamped messages, bounded subscription queues (the oldest
+message is dropped and counted when one is full) and bound handlers run by a
+`Dispatcher` (inline by default; the kernel installs a thread pool).
 """
 
 from __future__ import annotations
@@ -22,13 +13,13 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Literal
+from datetime import UTC, datetime
 
+from astrid.host.bus.base import Binding, BusError, IpcErrorCode, Message, Participant, Principal
+from astrid.host.bus.topics import pattern_matches, topic_problem
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid.host.topics import pattern_matches, topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -38,86 +29,14 @@ QUEUE_CAPACITY = 1024
 MAX_SUBSCRIPTIONS_PER_SOURCE = 8192
 
 
-class BusError(Exception):
-    """A refused bus operation; `code` is an `astrid:ipc` error-code case name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who a message is attributed to: verified(name), claimed(name) or system."""
-
-    kind: Literal["verified", "claimed", "system"]
-    name: str | None = None
-
-    @staticmethod
-    def verified(name: str) -> "Principal":
-        return Principal("verified", name)
-
-    @staticmethod
-    def claimed(name: str) -> "Principal":
-        return Principal("claimed", name)
-
-    @staticmethod
-    def system() -> "Principal":
-        return SYSTEM
-
-    def __str__(self) -> str:
-        return f"{self.kind}({self.name})" if self.name is not None else self.kind
-
-
-SYSTEM = Principal("system")
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message as delivered: every field but `payload` is host-stamped."""
-
-    topic: str
-    payload: str
-    source_id: str
-    principal: Principal
-    timestamp: str
-    seq: int
-
-
-@dataclass(frozen=True)
-class Participant:
-    """Anything that publishes or subscribes: a capsule or a host component."""
-
-    source_id: str
-    name: str
-    publish_acl: tuple[str, ...] = ()
-    subscribe_acl: tuple[str, ...] = ()
-
-    def may_publish(self, topic: str) -> bool:
-        return any(pattern_matches(p, topic) for p in self.publish_acl)
-
-    def may_subscribe(self, pattern: str) -> bool:
-        return any(_acl_covers(acl, pattern) for acl in self.subscribe_acl)
-
-
-def _acl_covers(acl: str, pattern: str) -> bool:
-    """Does ACL pattern `acl` allow subscribing to `pattern` (itself maybe wild)?"""
-    if acl == pattern:
-        return True
-    if pattern.endswith(".*"):
-        # a wildcard subscription needs a wildcard ACL at or above it
-        return acl.endswith(".*") and pattern.startswith(acl[:-1])
-    return pattern_matches(acl, pattern)
-
-
-class Subscription:
+class InMemorySubscription:
     """A bounded queue of the messages matching one pattern.
 
     `principal_scope` (when set) admits only messages of that principal: a
     subscription made while handling alice's message never sees bob's.
     """
 
-    def __init__(self, bus: "Bus", owner: Participant, pattern: str, principal_scope: Principal | None) -> None:
+    def __init__(self, bus: InMemoryBus, owner: Participant, pattern: str, principal_scope: Principal | None) -> None:
         self.bus = bus
         self.owner = owner
         self.pattern = pattern
@@ -167,33 +86,14 @@ class Subscription:
             self._cond.notify_all()
         self.bus._remove_subscription(self)
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> InMemorySubscription:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-Handler = Callable[[Message], None]
-
-
-@dataclass
-class Binding:
-    """A handler bound to a topic pattern; the dispatcher runs it per message."""
-
-    owner: Participant
-    pattern: str
-    handler: Handler
-    # A filter on the messages that reach the handler (None = all).
-    accepts: Callable[[Message], bool] | None = None
-    # Capsule calls run on their own worker pool (see kernel.dispatch).
-    is_capsule: bool = False
-    # Run in the publisher's thread: for quick, non-blocking host services
-    # (a pool thread could be held by a broker waiting on this very answer).
-    inline: bool = False
-
-
-class Delivery:
+class InMemoryDelivery:
     """Tracks the handler invocations of one published message."""
 
     def __init__(self, message: Message, runs: list[tuple[Binding, Message]]) -> None:
@@ -208,7 +108,8 @@ class Delivery:
         """The source-ids of the participants whose handlers it was given to."""
         return frozenset(binding.owner.source_id for binding, _ in self._runs)
 
-    def _done_one(self) -> None:
+    def handler_finished(self) -> None:
+        """A dispatcher calls this once per handler run, when the handler returns."""
         with self._cond:
             self._pending -= 1
             if self._pending <= 0:
@@ -231,18 +132,18 @@ class Dispatcher:
     The kernel installs a thread-pool dispatcher so handlers run in parallel.
     """
 
-    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: Delivery) -> None:
+    def dispatch(self, runs: list[tuple[Binding, Message]], delivery: InMemoryDelivery) -> None:
         for binding, message in runs:
             try:
                 binding.handler(message)
             except Exception:  # a handler must never break the publisher
                 log.exception("handler %s for %s failed", binding.owner.name, message.topic)
             finally:
-                delivery._done_one()
+                delivery.handler_finished()
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -252,19 +153,23 @@ class BusStats:
     by_code: dict[str, int] = field(default_factory=dict)
 
 
-class Bus:
-    def __init__(self, dispatcher: Dispatcher | None = None, max_payload_bytes: int = DEFAULT_LIMITS.bus_message_bytes) -> None:
+class InMemoryBus:
+    """The bus of one process: every participant in it, handlers on its dispatcher."""
+
+    def __init__(
+        self, dispatcher: Dispatcher | None = None, max_payload_bytes: int = DEFAULT_LIMITS.bus_message_bytes
+    ) -> None:
         self.dispatcher = dispatcher or Dispatcher()
         self.max_payload_bytes = max_payload_bytes
         self._lock = threading.Lock()
-        self._subscriptions: list[Subscription] = []
+        self._subscriptions: list[InMemorySubscription] = []
         self._bindings: list[Binding] = []
         self._seq = itertools.count(1)
         self.stats = BusStats()
 
     # -- publishing ---------------------------------------------------------
 
-    def publish(self, sender: Participant, topic: str, payload: str, principal: Principal) -> Delivery:
+    def publish(self, sender: Participant, topic: str, payload: str, principal: Principal) -> InMemoryDelivery:
         """Stamp and deliver a message; raises BusError when refused."""
         self._check_publish(sender, topic, payload)
         message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq))
@@ -278,7 +183,7 @@ class Bus:
             self.stats.published += 1
         for subscription in subscriptions:
             subscription._offer(message)
-        delivery = Delivery(message, runs)
+        delivery = InMemoryDelivery(message, runs)
         if runs:
             self.dispatcher.dispatch(runs, delivery)
         return delivery
@@ -286,23 +191,25 @@ class Bus:
     def _check_publish(self, sender: Participant, topic: str, payload: str) -> None:
         problem = topic_problem(topic)
         if problem:
-            self._refuse("invalid-input", f"invalid topic {topic!r}: {problem}")
+            self._refuse(IpcErrorCode.INVALID_INPUT, f"invalid topic {topic!r}: {problem}")
         if not sender.may_publish(topic):
-            self._refuse("capability-denied", f"{sender.name} may not publish on {topic}")
+            self._refuse(IpcErrorCode.CAPABILITY_DENIED, f"{sender.name} may not publish on {topic}")
         if not isinstance(payload, str):
-            self._refuse("invalid-input", "payload must be JSON text")
+            self._refuse(IpcErrorCode.INVALID_INPUT, "payload must be JSON text")
         try:
             size = len(payload.encode("utf-8"))
         except UnicodeEncodeError:
-            self._refuse("invalid-input", "payload is not valid UTF-8")
+            self._refuse(IpcErrorCode.INVALID_INPUT, "payload is not valid UTF-8")
         if size > self.max_payload_bytes:
-            self._refuse("invalid-input", f"payload of {size} bytes exceeds the {self.max_payload_bytes}-byte cap")
+            self._refuse(
+                IpcErrorCode.INVALID_INPUT, f"payload of {size} bytes exceeds the {self.max_payload_bytes}-byte cap"
+            )
         try:
             json.loads(payload)
         except (ValueError, RecursionError):
-            self._refuse("invalid-input", "payload is not JSON")
+            self._refuse(IpcErrorCode.INVALID_INPUT, "payload is not JSON")
 
-    def _refuse(self, code: str, message: str) -> None:
+    def _refuse(self, code: IpcErrorCode, message: str) -> None:
         with self._lock:
             self.stats.refused += 1
             self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
@@ -310,21 +217,23 @@ class Bus:
 
     # -- receiving ----------------------------------------------------------
 
-    def subscribe(self, owner: Participant, pattern: str, principal_scope: Principal | None = None) -> Subscription:
+    def subscribe(
+        self, owner: Participant, pattern: str, principal_scope: Principal | None = None
+    ) -> InMemorySubscription:
         problem = topic_problem(pattern, pattern=True)
         if problem:
-            raise BusError("invalid-input", f"invalid subscription pattern {pattern!r}: {problem}")
+            raise BusError(IpcErrorCode.INVALID_INPUT, f"invalid subscription pattern {pattern!r}: {problem}")
         if not owner.may_subscribe(pattern):
-            raise BusError("capability-denied", f"{owner.name} may not subscribe to {pattern}")
-        subscription = Subscription(self, owner, pattern, principal_scope)
+            raise BusError(IpcErrorCode.CAPABILITY_DENIED, f"{owner.name} may not subscribe to {pattern}")
+        subscription = InMemorySubscription(self, owner, pattern, principal_scope)
         with self._lock:
             live = sum(1 for s in self._subscriptions if s.owner.source_id == owner.source_id)
             if live >= MAX_SUBSCRIPTIONS_PER_SOURCE:
-                raise BusError("quota", "too many subscriptions")
+                raise BusError(IpcErrorCode.QUOTA, "too many subscriptions")
             self._subscriptions.append(subscription)
         return subscription
 
-    def _remove_subscription(self, subscription: Subscription) -> None:
+    def _remove_subscription(self, subscription: InMemorySubscription) -> None:
         with self._lock:
             if subscription in self._subscriptions:
                 self._subscriptions.remove(subscription)
@@ -341,9 +250,11 @@ class Bus:
         for binding in bindings:
             problem = topic_problem(binding.pattern, pattern=True)
             if problem:
-                raise BusError("invalid-input", f"invalid handler pattern {binding.pattern!r}: {problem}")
+                raise BusError(IpcErrorCode.INVALID_INPUT, f"invalid handler pattern {binding.pattern!r}: {problem}")
         with self._lock:
-            kept = self._bindings if replacing is None else [b for b in self._bindings if b.owner.source_id != replacing]
+            kept = (
+                self._bindings if replacing is None else [b for b in self._bindings if b.owner.source_id != replacing]
+            )
             self._bindings = kept + bindings
             doomed = [] if replacing is None else [s for s in self._subscriptions if s.owner.source_id == replacing]
         for subscription in doomed:
@@ -352,27 +263,3 @@ class Bus:
     def unbind_owner(self, source_id: str) -> None:
         """Remove every binding and subscription of a participant (unload)."""
         self.bind_all([], replacing=source_id)
-
-
-def host_participant(name: str, source_id: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:
-    """A host-native participant (broker, MCP server) with its own ACLs."""
-    for pattern in (*publish, *subscribe):
-        problem = topic_problem(pattern, pattern=True)
-        if problem:
-            raise ValueError(f"{name}: bad ACL pattern {pattern!r}: {problem}")
-    return Participant(source_id=source_id, name=name, publish_acl=tuple(publish), subscribe_acl=tuple(subscribe))
-
-
-__all__ = [
-    "Binding",
-    "Bus",
-    "BusError",
-    "Delivery",
-    "Dispatcher",
-    "Message",
-    "Participant",
-    "Principal",
-    "SYSTEM",
-    "Subscription",
-    "host_participant",
-]

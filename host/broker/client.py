@@ -1,6 +1,7 @@
-"""The MCP side of the front doors: ask the broker over the bus, wait for the reply.
+"""The client side of the front doors: ask the broker over the bus, wait for the reply.
 
-The MCP server is an ordinary bus participant with its own source-id. Every
+Whoever asks (the MCP server, `astrid resources`) is an ordinary bus
+participant in the `FRONT_DOOR_CLIENT` role with its own source-id. Every
 request mints a `req_id`, subscribes to `astrid.v1.response.<req_id>` first,
 publishes on the front door as `verified(<principal>)` and waits (bounded)
 for exactly that reply. Calls block: the async server runs them in a worker
@@ -14,32 +15,17 @@ import uuid
 
 from pydantic import ValidationError
 
-from astrid.host.contract.events import CAPSULES_LOADED_TOPIC
+from astrid.host.bus import Bus, BusError, Participant, Principal, Subscription
 from astrid.host.contract.frontdoor import (
-    LIST_TOPIC,
-    READ_TOPIC,
     ListResourcesReply,
     ListResourcesRequest,
     ReadResourceReply,
     ReadResourceRequest,
-    reply_topic,
 )
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.kernel.bus import Bus, BusError, Participant, Principal, Subscription, host_participant
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
+from astrid.host.errors import BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-
-MCP_PUBLISH = ("astrid.v1.request.mcp.*",)
-MCP_SUBSCRIBE = ("astrid.v1.response.*", CAPSULES_LOADED_TOPIC)
-
-
-class BrokerUnavailable(Exception):
-    """The broker did not answer (in time, or at all)."""
-
-
-def mcp_participant(source_id: str | None = None) -> Participant:
-    return host_participant(
-        "mcp-server", source_id or f"mcp-server-{uuid.uuid4().hex}", publish=MCP_PUBLISH, subscribe=MCP_SUBSCRIBE
-    )
 
 
 def default_timeout(limits: Limits) -> float:
@@ -69,7 +55,7 @@ class FrontDoorClient:
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
         req_id = uuid.uuid4().hex
         payload = ListResourcesRequest(req_id=req_id, refresh=refresh).to_json()
-        data = self._round_trip(LIST_TOPIC, req_id, payload)
+        data = self._round_trip(FRONT_DOOR_LIST, req_id, payload)
         rest = {key: value for key, value in data.items() if key != "req_id"} if isinstance(data, dict) else None
         last = self._last_list
         if last is not None and rest == last[0]:
@@ -86,7 +72,7 @@ class FrontDoorClient:
     def read_resource(self, uri: str) -> ReadResourceReply:
         req_id = uuid.uuid4().hex
         payload = ReadResourceRequest(req_id=req_id, uri=uri).to_json()
-        data = self._round_trip(READ_TOPIC, req_id, payload)
+        data = self._round_trip(FRONT_DOOR_READ, req_id, payload)
         try:
             return ReadResourceReply.model_validate(data, context={"limits": self.limits})
         except ValidationError as exc:

@@ -1,5 +1,7 @@
-"""Start the kernel and the broker for one principal: the one code path behind
-`astrid mcp serve` and `astrid resources list/read`.
+"""The composition root: kernel, broker and a front-door client for one principal.
+
+The one code path behind `astrid mcp serve` and `astrid resources list/read`
+(and the place a multi-principal transport or a bus-only `host run` joins):
 
     runtime = Runtime(RuntimeConfig(capsule_paths=[...], principal="alice"))
     runtime.start(background=True)     # returns at once; loading runs on a thread
@@ -7,16 +9,14 @@
     runtime.list_resources()           # over the bus, through the broker's front door
     runtime.close()
 
-The MCP participant and the broker are host-native participants on the
-kernel's bus; the broker trusts exactly the MCP participant's source-id as
-its ingress for reads.
+The front-door client and the broker are host-native participants on the
+kernel's bus (roles in `contract.topics`); the broker trusts exactly the
+client's source-id as its ingress for reads. Nothing here speaks MCP.
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,52 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
-from astrid.host.broker.broker import BROKER_PUBLISH, BROKER_SUBSCRIBE, Broker
+from astrid.host.broker import Broker, FrontDoorClient
+from astrid.host.bus import Principal, Subscription
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.kernel.bus import Principal, Subscription
+from astrid.host.contract.topics import BROKER, FRONT_DOOR_CLIENT
+from astrid.host.errors import BackendNotReady
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-from astrid.host.mcp.frontdoor import MCP_PUBLISH, MCP_SUBSCRIBE, FrontDoorClient
-from astrid.host.mcp.server import BackendNotReady
-from astrid.host.settings import CAPSULE_HOME_ENV, path_setting
+from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher
 
-log = logging.getLogger("astrid.host.mcp")
-
-WATCH_INTERVAL_S = 1.0
-
-
-def default_capsule_home() -> Path:
-    """`$ASTRID_CAPSULE_HOME`, else the user data dir + `capsules`
-    (Linux `~/.local/share/astrid/capsules`, macOS
-    `~/Library/Application Support/astrid/capsules`, Windows
-    `%LOCALAPPDATA%\\astrid\\capsules`)."""
-    default = Path(platformdirs.user_data_dir("astrid", appauthor=False)) / "capsules"
-    return path_setting(CAPSULE_HOME_ENV, default).expanduser()
-
-
-def default_principal() -> str | None:
-    """The OS user running the process, or None when there is none."""
-    try:
-        name = getpass.getuser()
-    except Exception:  # no passwd entry, no USER: the caller asks for --principal
-        return None
-    return name or None
-
-
-def capsule_paths(extra: Iterable[Path | str] = (), *, include_home: bool = True) -> list[Path]:
-    """The capsule home (when it exists) and then every extra path, deduplicated."""
-    paths: list[Path] = []
-    if include_home:
-        home = default_capsule_home()
-        if home.is_dir():
-            paths.append(home)
-    for path in extra:
-        resolved = Path(path).expanduser().resolve()
-        if resolved not in paths:
-            paths.append(resolved)
-    return paths
+log = logging.getLogger("astrid.host.runtime")
 
 
 @dataclass
@@ -143,17 +107,14 @@ class Runtime:
         try:
             kernel = self._kernel_factory(self.config)
             self.kernel = kernel
-            mcp = kernel.attach_host("mcp-server", publish=list(MCP_PUBLISH), subscribe=list(MCP_SUBSCRIBE))
-            broker_participant = kernel.attach_host(
-                "broker", publish=list(BROKER_PUBLISH), subscribe=list(BROKER_SUBSCRIBE)
-            )
+            ingress = FRONT_DOOR_CLIENT.participant()
             self.broker = Broker(
-                kernel.bus, participant=broker_participant, limits=self.limits, trusted_ingress=[mcp.source_id]
+                kernel.bus, participant=BROKER.participant(), limits=self.limits, trusted_ingress=[ingress.source_id]
             ).start()
             principal = kernel.watch_principal(self.principal)
             if not isinstance(principal, Principal):
                 principal = Principal.verified(self.principal)
-            self.client = FrontDoorClient(kernel.bus, mcp, principal, limits=self.limits)
+            self.client = FrontDoorClient(kernel.bus, ingress, principal, limits=self.limits)
             report = kernel.start()
             self._record(report, time.perf_counter() - started)
         except Exception as exc:  # reported to every request, and on stderr
@@ -193,7 +154,7 @@ class Runtime:
         self._record(report, time.perf_counter() - started)
         return self.status
 
-    def watch_folders(self, interval_s: float = WATCH_INTERVAL_S) -> "FolderWatcher":
+    def watch_folders(self, interval_s: float = WATCH_INTERVAL_S) -> FolderWatcher:
         """Hot reload: reload when a file under a capsule path changes."""
         if self._watcher is None:
             self._watcher = FolderWatcher(self.config.capsule_paths, self._on_folders_changed, interval_s)
@@ -224,7 +185,7 @@ class Runtime:
             except Exception:
                 log.exception("kernel close failed")
 
-    def __enter__(self) -> "Runtime":
+    def __enter__(self) -> Runtime:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -245,70 +206,3 @@ class Runtime:
 
     def changes(self) -> Subscription:
         return self._client().changes()
-
-
-class FolderWatcher:
-    """Polls the mtimes under some folders; calls back once a change has settled.
-
-    A change is acted on when two polls in a row agree on the new state, so a
-    build that writes several files triggers one reload, not one per file.
-    """
-
-    MAX_FILES = 20_000
-    _SKIP_DIRS = {"__pycache__", ".git", "node_modules", ".pytest_cache"}
-
-    def __init__(self, paths: Iterable[Path], on_change: Callable[[], None], interval_s: float) -> None:
-        self.paths = [Path(p) for p in paths]
-        self.on_change = on_change
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="astrid-watch", daemon=True)
-        self._current: frozenset[tuple[str, int, int]] = frozenset()
-        self.reloads = 0
-
-    def start(self) -> None:
-        # The baseline is taken before start() returns: a change made right
-        # after "watching" is announced must differ from it, not become it.
-        self._current = self.signature()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def signature(self) -> frozenset[tuple[str, int, int]]:
-        entries: set[tuple[str, int, int]] = set()
-        for root in self.paths:
-            if not root.exists():
-                continue
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = [d for d in dirnames if d not in self._SKIP_DIRS and not d.startswith(".")]
-                for filename in filenames:
-                    if filename.endswith((".tmp", ".pyc")) or filename.startswith("."):
-                        continue
-                    path = os.path.join(dirpath, filename)
-                    try:
-                        stat = os.stat(path)
-                    except OSError:
-                        continue
-                    entries.add((path, stat.st_mtime_ns, stat.st_size))
-                    if len(entries) >= self.MAX_FILES:
-                        return frozenset(entries)
-        return frozenset(entries)
-
-    def _run(self) -> None:
-        current = self._current
-        pending: frozenset[tuple[str, int, int]] | None = None
-        while not self._stop.wait(self.interval_s):
-            try:
-                seen = self.signature()
-                if seen == current:
-                    pending = None
-                    continue
-                if pending is None or seen != pending:
-                    pending = seen  # changed; wait for it to settle
-                    continue
-                current, pending = seen, None
-                self.reloads += 1
-                self.on_change()
-            except Exception:
-                log.exception("capsule folder watch failed; still watching")

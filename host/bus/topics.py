@@ -1,4 +1,4 @@
-"""The bus topic grammar (SPEC §2).
+"""The bus topic grammar (docs/contract.md §2).
 
 A topic is 1-8 dot-separated segments of `[a-z0-9_-]+`, at most 256 bytes.
 A subscription pattern is a topic whose last segment may be `*`, matching one
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 
+from astrid.host.errors import TopicError
+
 MAX_TOPIC_BYTES = 256
 MAX_SEGMENTS = 8
 WILDCARD = "*"
 
 _SEGMENT = re.compile(r"[a-z0-9_-]+")
-
-
-class TopicError(ValueError):
-    """A topic or pattern that breaks the grammar."""
 
 
 def topic_problem(topic: object, *, pattern: bool = False) -> str | None:

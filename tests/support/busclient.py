@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from astrid.host.kernel.bus import Message, Principal
+from astrid.host.bus import Message, Principal
+from astrid.host.bus.topics import is_clean_segment
 from astrid.host.kernel.kernel import Kernel
-from astrid.host.topics import is_clean_segment
 
 ALICE = Principal.verified("alice")
 BOB = Principal.verified("bob")

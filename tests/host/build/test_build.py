@@ -32,7 +32,9 @@ def tiny(tmp_path: Path) -> Path:
     folder = tmp_path / "tiny"
     folder.mkdir()
     (folder / "Capsule.toml").write_text(MANIFEST)
-    (folder / "app.py").write_text("from astrid_sdk import Capsule\ncapsule = Capsule('tiny')\nWitWorld = capsule.world()\n")
+    (folder / "app.py").write_text(
+        "from astrid_sdk import Capsule\ncapsule = Capsule('tiny')\nWitWorld = capsule.world()\n"
+    )
     return folder
 
 
@@ -85,7 +87,10 @@ def test_explain_failure_keeps_the_last_meaningful_line(tiny: Path):
         "Caused by:\n    AttributeError: module 'app' has no attribute 'WitWorld'\n\nStack backtrace:\n   0: x\n"
     )
     message = _explain_failure(output, tiny)
-    assert message.endswith("app.py: AttributeError: module 'app' has no attribute 'WitWorld' (end app.py with `WitWorld = capsule.world()`)")
+    assert message.endswith(
+        "app.py: AttributeError: module 'app' has no attribute 'WitWorld' "
+        "(end app.py with `WitWorld = capsule.world()`)"
+    )
 
 
 @pytest.mark.slow
@@ -109,4 +114,3 @@ def test_rebuilding_an_unchanged_capsule_is_a_cached_copy(built_faulty, tmp_path
     copied = build_capsule(built_faulty.folder, elsewhere)
     assert copied.cached and elsewhere.read_bytes() == built_faulty.result.output.read_bytes()
     print(f"cached rebuild: {again.seconds:.3f} s, to a new path: {copied.seconds:.3f} s")
-

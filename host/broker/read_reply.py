@@ -1,4 +1,4 @@
-"""The pure core of a read: check one capsule's reply, failing closed.
+"""Check one capsule's read reply, failing closed: the pure core of a read.
 
 A reply that is not a well-formed `read-response` for the URI asked, carries
 an error, carries no contents, or breaks a read limit (chunks per read, bytes
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from astrid.host.broker.describe import strip_bad_meta
-from astrid.host.contract.frontdoor import FrontDoorError
+from astrid.host.contract._base import strip_bad_meta
+from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
 from astrid.host.contract.resource import BlobChunk, ReadResponse, TextChunk
 from astrid.host.limits import Limits
 
@@ -26,26 +26,27 @@ class ReadOutcome:
     """Either the chunks of a read or why it failed (never both)."""
 
     contents: tuple[TextChunk | BlobChunk, ...] = ()
-    error: FrontDoorError | None = None
+    error: FrontDoorFailure | None = None
     source_id: str | None = None
 
     @staticmethod
-    def fail(code: str, message: str, source_id: str | None = None) -> "ReadOutcome":
-        return ReadOutcome(error=FrontDoorError(code=code, message=message[:MAX_ERROR_MESSAGE]), source_id=source_id)  # type: ignore[arg-type]
+    def fail(code: FailureCode, message: str, source_id: str | None = None) -> ReadOutcome:
+        failure = FrontDoorFailure(code=code, message=message[:MAX_ERROR_MESSAGE])
+        return ReadOutcome(error=failure, source_id=source_id)
 
 
 def check_read_reply(payload: str, uri: str, source_id: str, limits: Limits) -> ReadOutcome:
     try:
         data = json.loads(payload)
     except (ValueError, RecursionError):
-        return ReadOutcome.fail("capsule_error", f"the capsule's reply for {uri} is not JSON", source_id)
+        return ReadOutcome.fail(FailureCode.CAPSULE_ERROR, f"the capsule's reply for {uri} is not JSON", source_id)
     # Count chunks before validating them: a reply of a million chunks must not
     # cost a million model validations.
     if isinstance(data, dict) and isinstance(data.get("contents"), list):
         count = len(data["contents"])
         if count > limits.chunks_per_read:
             return ReadOutcome.fail(
-                "over_limit",
+                FailureCode.OVER_LIMIT,
                 f"the capsule returned {count} chunks for {uri}, more than the limit of {limits.chunks_per_read}",
                 source_id,
             )
@@ -58,21 +59,23 @@ def check_read_reply(payload: str, uri: str, source_id: str, limits: Limits) -> 
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)
         reason = first[0]["msg"] if first else "invalid"
-        return ReadOutcome.fail("capsule_error", f"the capsule's reply for {uri} is malformed: {reason}", source_id)
+        return ReadOutcome.fail(
+            FailureCode.CAPSULE_ERROR, f"the capsule's reply for {uri} is malformed: {reason}", source_id
+        )
     if reply.uri != uri:
         return ReadOutcome.fail(
-            "capsule_error", f"the capsule answered a read of {uri} with a reply for another uri", source_id
+            FailureCode.CAPSULE_ERROR, f"the capsule answered a read of {uri} with a reply for another uri", source_id
         )
     if reply.error is not None:
-        return ReadOutcome.fail("capsule_error", reply.error or "the capsule reported an error", source_id)
+        return ReadOutcome.fail(FailureCode.CAPSULE_ERROR, reply.error or "the capsule reported an error", source_id)
     if not reply.contents:
-        return ReadOutcome.fail("capsule_error", f"the capsule returned no contents for {uri}", source_id)
+        return ReadOutcome.fail(FailureCode.CAPSULE_ERROR, f"the capsule returned no contents for {uri}", source_id)
     total = 0
     for chunk in reply.contents:
         total += chunk.raw_size()
         if total > limits.bytes_per_read:
             return ReadOutcome.fail(
-                "over_limit",
+                FailureCode.OVER_LIMIT,
                 f"the contents of {uri} exceed the limit of {limits.bytes_per_read} bytes per read",
                 source_id,
             )

@@ -1,0 +1,207 @@
+"""The broker's front doors: the requests a front-door client sends, answered.
+
+- `astrid.v1.request.mcp.resources.list` `{req_id, refresh}` gets the
+  requesting principal's snapshot;
+- `astrid.v1.request.mcp.resource.read` `{req_id, uri}` gets a read, behind a
+  confused-deputy gate: only a trusted ingress (the MCP server's source-id)
+  may ask, and only for a verified principal; anything else fails closed.
+
+Each is answered on `astrid.v1.response.<req_id>`, attributed to the
+requester's principal. The handlers run in the requester's thread (it only
+waits for the answer anyway): two thread switches fewer per request.
+Capsules can never publish on the front doors, so only host participants lend
+their threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from astrid.host.broker.read_reply import ReadOutcome
+from astrid.host.bus import Binding, BusError, Message, Principal
+from astrid.host.bus.topics import is_clean_segment
+from astrid.host.contract._base import utf8_len
+from astrid.host.contract.frontdoor import (
+    FailureCode,
+    ListResourcesReply,
+    ListResourcesRequest,
+    ReadResourceReply,
+    ReadResourceRequest,
+)
+from astrid.host.contract.resource import ResourceDefinition
+from astrid.host.contract.topics import FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
+
+if TYPE_CHECKING:
+    from astrid.host.broker.broker import Broker
+
+log = logging.getLogger("astrid.host.broker")
+
+# Stands for the req_id in a cached list reply: as long as the longest req_id
+# (128), so a reply trimmed to the bus limit still fits with the real one.
+_REQ_ID_SLOT = ("req-id-slot-" + uuid.uuid4().hex).ljust(128, "x")
+_LIST_PAYLOADS_KEPT = 256
+
+
+class FrontDoors:
+    """The list and read front doors of one broker."""
+
+    def __init__(self, broker: Broker, trusted_ingress: Iterable[str] = ()) -> None:
+        self.broker = broker
+        self._trusted = set(trusted_ingress)
+        self._trusted_lock = threading.Lock()
+        self._list_payloads: dict[Principal, tuple[tuple[ResourceDefinition, ...], str]] = {}
+
+    def bindings(self, guard: Callable[[Callable[[Message], None]], Callable[[Message], None]]) -> list[Binding]:
+        me = self.broker.participant
+        return [
+            Binding(me, FRONT_DOOR_LIST, guard(self.on_list), inline=True),
+            Binding(me, FRONT_DOOR_READ, guard(self.on_read), inline=True),
+        ]
+
+    def trust(self, source_id: str) -> None:
+        """Serve reads that arrive from `source_id` (e.g. the MCP server)."""
+        with self._trusted_lock:
+            self._trusted.add(source_id)
+
+    def is_trusted(self, source_id: str) -> bool:
+        with self._trusted_lock:
+            return source_id in self._trusted
+
+    # -- list ---------------------------------------------------------------------------
+
+    def on_list(self, message: Message) -> None:
+        try:
+            request = ListResourcesRequest.model_validate(json.loads(message.payload))
+        except (ValueError, ValidationError) as exc:
+            log.warning("unanswerable list request from %s: %s", message.source_id, _reason(exc))
+            return
+        started = time.perf_counter()
+        try:
+            resources = self.broker.listed(message.principal, refresh=request.refresh)
+        except Exception:
+            log.exception("resources.list for %s failed", message.principal)
+            failed = ReadOutcome.fail(FailureCode.INTERNAL, "the broker failed to list resources; see its log")
+            reply = ListResourcesReply(req_id=request.req_id, error=failed.error).to_json()
+            self._publish_reply(request.req_id, reply, message.principal)
+            return
+        payload = self._list_payload(request.req_id, resources, message.principal)
+        self._publish_reply(request.req_id, payload, message.principal)
+        log.info(
+            "resources.list for %s: %d resources in %.1f ms",
+            message.principal,
+            len(resources),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _list_payload(self, req_id: str, resources: tuple[ResourceDefinition, ...], principal: Principal) -> str:
+        """The list reply. A warm list repeats the snapshot's very tuple, so
+        its JSON is made once per snapshot and only the req_id is put in."""
+        cached = self._list_payloads.get(principal)
+        if cached is None or cached[0] is not resources:
+            if len(self._list_payloads) >= _LIST_PAYLOADS_KEPT:
+                self._list_payloads.clear()
+            cached = self._list_payloads[principal] = (resources, self._list_template(resources))
+        return cached[1].replace(_REQ_ID_SLOT, req_id, 1)
+
+    def _list_template(self, resources: tuple[ResourceDefinition, ...]) -> str:
+        payload = ListResourcesReply(req_id=_REQ_ID_SLOT, resources=list(resources)).to_json()
+        limit = self.broker.bus.max_payload_bytes
+        if utf8_len(payload) <= limit:
+            return payload
+        # One page must fit one bus message: keep the longest uri-ordered prefix that does.
+        budget = limit - utf8_len(ListResourcesReply(req_id=_REQ_ID_SLOT, resources=[]).to_json()) - 16
+        kept: list[ResourceDefinition] = []
+        for resource in resources:
+            size = utf8_len(resource.to_json()) + 1
+            if size > budget:
+                break
+            budget -= size
+            kept.append(resource)
+        log.warning(
+            "resources.list: %d of %d resources dropped to fit one %d-byte bus message",
+            len(resources) - len(kept),
+            len(resources),
+            limit,
+        )
+        return ListResourcesReply(req_id=_REQ_ID_SLOT, resources=kept).to_json()
+
+    # -- read ---------------------------------------------------------------------------
+
+    def on_read(self, message: Message) -> None:
+        try:
+            data = json.loads(message.payload)
+        except ValueError:
+            data = None
+        req_id = data.get("req_id") if isinstance(data, dict) else None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(req_id, str)
+            or not is_clean_segment(req_id)
+            or len(req_id) > 128
+        ):
+            log.warning("unanswerable read request from %s: no usable req_id", message.source_id)
+            return
+        uri = data.get("uri")
+        raw_uri = uri if isinstance(uri, str) else ""
+        try:
+            request = ReadResourceRequest.model_validate(data)
+        except ValidationError as exc:
+            invalid = ReadOutcome.fail(FailureCode.INVALID_REQUEST, _reason(exc))
+            self._reply_read(req_id, raw_uri, invalid, message.principal)
+            return
+
+        principal = message.principal
+        started = time.perf_counter()
+        if not self.is_trusted(message.source_id):
+            log.warning("read of %s from %s denied: not a trusted ingress", request.uri, message.source_id)
+            outcome = ReadOutcome.fail(FailureCode.DENIED, "reads are served only to a trusted ingress")
+        elif not principal.is_verified:
+            log.warning("read of %s for %s denied: no verified principal", request.uri, principal)
+            outcome = ReadOutcome.fail(FailureCode.DENIED, "reads are served only for a verified principal")
+        else:
+            try:
+                outcome = self.broker.read_resource(principal, request.uri)
+            except Exception:
+                log.exception("resource.read %s for %s failed", request.uri, principal)
+                outcome = ReadOutcome.fail(FailureCode.INTERNAL, "the broker failed to read the resource; see its log")
+        self._reply_read(req_id, request.uri, outcome, principal)
+        log.info(
+            "resource.read %s for %s: %s in %.1f ms",
+            request.uri,
+            principal,
+            outcome.error.code.value if outcome.error else f"{len(outcome.contents)} chunks",
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _reply_read(self, req_id: str, uri: str, outcome: ReadOutcome, principal: Principal) -> None:
+        reply = ReadResourceReply(req_id=req_id, uri=uri, contents=list(outcome.contents), error=outcome.error)
+        try:
+            self.broker.bus.publish(self.broker.participant, reply_topic(req_id), reply.to_json(), principal)
+        except BusError as exc:
+            log.warning("read reply for %s refused by the bus (%s); answering over_limit", uri, exc)
+            failed = ReadOutcome.fail(FailureCode.OVER_LIMIT, f"the contents of {uri} do not fit one bus message")
+            too_big = ReadResourceReply(req_id=req_id, uri=uri, error=failed.error).to_json()
+            self._publish_reply(req_id, too_big, principal)
+
+    def _publish_reply(self, req_id: str, payload: str, principal: Principal) -> None:
+        try:
+            self.broker.bus.publish(self.broker.participant, reply_topic(req_id), payload, principal)
+        except BusError as exc:
+            log.error("cannot publish the reply for %s: %s", req_id, exc)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errors = exc.errors(include_url=False, include_input=False)
+        if errors:
+            where = ".".join(str(part) for part in errors[0]["loc"])
+            return f"{where}: {errors[0]['msg']}" if where else errors[0]["msg"]
+    return str(exc)

@@ -1,0 +1,147 @@
+"""One read broadcast, in two steps: drain the replies, then resolve them.
+
+`drain` collects the replies to one read request until the listed owner
+answered, every receiver finished, or the window ended. `resolve` turns what
+was drained into the outcome, by the routing rules of docs/contract.md §5:
+
+- a listed URI is served by its listed owner only; another capsule's answer
+  (it saw the broadcast too) is never a substitute;
+- an unlisted URI (a family member) goes to the lexicographically first
+  source-id that answered, whatever the timing, with an audit line per loser.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from astrid.host.broker.read_reply import ReadOutcome, check_read_reply
+from astrid.host.bus import Delivery, Message, Principal, Subscription
+from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.limits import Limits
+
+log = logging.getLogger("astrid.host.broker")
+audit = logging.getLogger("astrid.host.broker.audit")
+
+# How often a drain looks at the delivery between replies; bounds the extra
+# latency of a not-found answer.
+READ_SLICE_S = 0.004
+DRAIN_BATCH = 4096
+
+
+class ReadStatus(Enum):
+    """How one read broadcast ended (what the broker does next depends on it)."""
+
+    ANSWERED = "answered"  # a reply was taken (its outcome may still be a failure)
+    NO_REPLY = "no reply"  # every receiver finished and none answered
+    TIMED_OUT = "timed out"  # the window ended with receivers still running
+    REFUSED = "refused"  # the listed owner did not answer; others' replies were refused
+    OWNER_GONE = "owner gone"  # the listed owner was not among the receivers
+
+
+@dataclass
+class Drained:
+    """The replies of one read broadcast, at most one per source-id."""
+
+    replies: dict[str, Message] = field(default_factory=dict)
+    finished: bool = False  # every receiver's handler had returned
+
+
+def drain(
+    replies: Subscription,
+    delivery: Delivery,
+    *,
+    principal: Principal,
+    uri: str,
+    preferred: str | None,
+    window_s: float,
+) -> Drained:
+    """Collect replies until `preferred` answers, every receiver is done, or the window ends.
+
+    An unlisted URI (`preferred` None) waits for every receiver: who serves it
+    must not depend on who answers fastest.
+    """
+    deadline = time.monotonic() + window_s
+    drained = Drained()
+
+    def take(message: Message) -> bool:
+        """Record a reply; True when it ends the drain."""
+        if message.principal != principal:
+            log.warning(
+                "read reply from %s dropped: attributed to %s, not %s", message.source_id, message.principal, principal
+            )
+            return False
+        if message.source_id in drained.replies:
+            log.warning("second read reply from %s for %s dropped", message.source_id, uri)
+            return False
+        drained.replies[message.source_id] = message
+        return message.source_id == preferred
+
+    while True:
+        finished = delivery.finished
+        if any(take(message) for message in replies.poll(DRAIN_BATCH)):
+            break
+        if finished:
+            break  # every receiver is done and its replies were polled above
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        message = replies.recv(min(remaining, READ_SLICE_S))
+        if message is not None and take(message):
+            break
+    drained.finished = delivery.finished
+    return drained
+
+
+def resolve(
+    drained: Drained, *, principal: Principal, uri: str, preferred: str | None, window_s: float, limits: Limits
+) -> tuple[ReadOutcome, ReadStatus]:
+    """The outcome of a drained read, by the routing rules above."""
+    replies = drained.replies
+    if preferred is not None and preferred in replies:
+        return check_read_reply(replies[preferred].payload, uri, preferred, limits), ReadStatus.ANSWERED
+    if preferred is not None and replies:
+        log.warning(
+            "read of %s for %s: the listed owner %s did not answer; replies of %s refused",
+            uri,
+            principal,
+            preferred,
+            ", ".join(sorted(replies)),
+        )
+        if drained.finished:
+            return owner_silent(uri, preferred), ReadStatus.REFUSED
+        failure = ReadOutcome.fail(
+            FailureCode.TIMEOUT,
+            f"the capsule that lists {uri} ({preferred}) did not answer within {window_s:g} s",
+            preferred,
+        )
+        return failure, ReadStatus.REFUSED
+    if replies:
+        source, *others = sorted(replies)
+        for other in others:
+            audit.warning(
+                "read uri collision: uri=%s principal=%s winner=%s loser=%s "
+                "(an unlisted uri; the lexicographically first source-id wins)",
+                uri,
+                principal,
+                source,
+                other,
+            )
+        if not drained.finished:
+            log.warning("read of %s for %s: the window ended before every capsule finished", uri, principal)
+        return check_read_reply(replies[source].payload, uri, source, limits), ReadStatus.ANSWERED
+    if drained.finished:
+        return ReadOutcome.fail(FailureCode.NOT_FOUND, f"no capsule serves {uri}"), ReadStatus.NO_REPLY
+    timeout = ReadOutcome.fail(FailureCode.TIMEOUT, f"no capsule answered the read of {uri} within {window_s:g} s")
+    return timeout, ReadStatus.TIMED_OUT
+
+
+def owner_silent(uri: str, owner: str) -> ReadOutcome:
+    """The listed owner finished without answering: its fault, said once."""
+    return ReadOutcome.fail(
+        FailureCode.CAPSULE_ERROR,
+        f"the capsule that lists {uri} ({owner}) finished without answering the read",
+        owner,
+    )

@@ -1,0 +1,81 @@
+"""Every topic the host speaks, and every host participant's ACL: one registry.
+
+Topics are spelled here and nowhere else in the host; a test fails when a
+second spelling appears. The ACLs are the least each host participant needs:
+
+- the broker sends the resource requests and the front-door replies, and
+  hears the resource replies, the front-door requests and capsule-set events;
+- a front-door client (the MCP server, `astrid resources`) sends front-door
+  requests and hears their replies and capsule-set events;
+- the kernel announces capsule-set events and answers the inventory request.
+
+Capsules get their ACLs from their manifests, minus the host's reserved
+namespace (`CAPSULE_MAY_*` below, enforced by `kernel.reserved`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from astrid.host.bus import Participant, host_participant
+
+# -- the resource contract (astrid-bus:resource@1.0.0; docs/contract.md §4-§5) --
+DESCRIBE_TOPIC = "resource.v1.request.describe"
+DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
+DESCRIBE_REPLIES = DESCRIBE_REPLY_PREFIX + "*"
+READ_REQUEST_TOPIC = "resource.v1.request.read"
+READ_REPLY_PREFIX = "resource.v1.response.read."
+RESOURCE_REQUESTS = "resource.v1.request.*"
+RESOURCE_REPLIES = "resource.v1.response.*"
+
+# -- the host's own namespace (docs/contract.md §6) --------------------------------
+HOST_NAMESPACE = "astrid.v1."
+FRONT_DOOR_REQUESTS = "astrid.v1.request.mcp.*"
+FRONT_DOOR_LIST = "astrid.v1.request.mcp.resources.list"
+FRONT_DOOR_READ = "astrid.v1.request.mcp.resource.read"
+FRONT_DOOR_REPLY_PREFIX = "astrid.v1.response."
+FRONT_DOOR_REPLIES = FRONT_DOOR_REPLY_PREFIX + "*"
+CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
+INVENTORY_REQUEST = "astrid.v1.request.capsules"
+INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
+
+# What a capsule may still do in the host namespace, whatever its manifest says.
+CAPSULE_MAY_PUBLISH = frozenset({INVENTORY_REQUEST})
+CAPSULE_MAY_SUBSCRIBE = frozenset({CAPSULES_LOADED_TOPIC})
+CAPSULE_MAY_SUBSCRIBE_UNDER = INVENTORY_REPLY_PREFIX
+
+
+def reply_topic(req_id: str) -> str:
+    """Where the broker answers front-door request `req_id`."""
+    return FRONT_DOOR_REPLY_PREFIX + req_id
+
+
+@dataclass(frozen=True)
+class HostRole:
+    """A kind of host-native participant: its name and its ACLs."""
+
+    name: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+    def participant(self, source_id: str | None = None) -> Participant:
+        """A participant in this role; its source-id is fresh unless given."""
+        return host_participant(self.name, source_id or f"{self.name}-{uuid.uuid4().hex}", self.publish, self.subscribe)
+
+
+BROKER = HostRole(
+    "broker",
+    publish=(RESOURCE_REQUESTS, FRONT_DOOR_REPLIES),
+    subscribe=(RESOURCE_REPLIES, FRONT_DOOR_REQUESTS, CAPSULES_LOADED_TOPIC),
+)
+FRONT_DOOR_CLIENT = HostRole(
+    "mcp-server",
+    publish=(FRONT_DOOR_REQUESTS,),
+    subscribe=(FRONT_DOOR_REPLIES, CAPSULES_LOADED_TOPIC),
+)
+KERNEL = HostRole(
+    "kernel",
+    publish=(CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"),
+    subscribe=(INVENTORY_REQUEST,),
+)

@@ -1,0 +1,8 @@
+"""Where things are: the repository and the fixture capsules the tests build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"

@@ -1,0 +1,110 @@
+"""The layers talk over the bus only: each may import just the layers below it.
+
+The rules (docs/design.md, "Layer rules"):
+
+- `bus` (the interface and the in-memory bus) imports no other layer;
+- `contract` (wire models, the topic registry) builds on the bus only;
+- `kernel`, `broker` and `mcp` never import each other, nor the composition
+  root (`runtime`) that wires them together;
+- the foundation modules beside them (errors, limits, settings, version,
+  toolpaths) import no layer at all;
+- the guest SDK runs inside wasm and imports nothing of the host.
+
+Imports inside functions and under TYPE_CHECKING count too: a layer that
+needs another one "only lazily" still depends on it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = REPO / "host"
+SDK = REPO / "capsules" / "sdk"
+
+LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch")
+FORBIDDEN: dict[str, set[str]] = {
+    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch"},
+    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch"},
+    "kernel": {"broker", "mcp", "build", "runtime", "watch"},
+    "broker": {"kernel", "mcp", "build", "runtime", "watch"},
+    "mcp": {"kernel", "broker", "build", "runtime", "watch"},
+    "build": {"broker", "mcp", "runtime", "watch"},
+    **{foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths")},
+}
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every absolute module name a source file imports, wherever the import sits."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def host_layer(module: str) -> str | None:
+    """`astrid.host.broker.client` -> `broker`; a module outside the host's layers -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["astrid", "host"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in LAYERS else None
+
+
+def violations(layer: str, source: str) -> list[str]:
+    """The imports in `source` (a module of `layer`) that the rules forbid."""
+    forbidden = FORBIDDEN.get(layer, set())
+    return sorted(m for m in imported_modules(source) if host_layer(m) in forbidden)
+
+
+def layer_of(path: Path) -> str:
+    relative = path.relative_to(HOST)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def host_modules() -> list[Path]:
+    return sorted(HOST.rglob("*.py"))
+
+
+def test_the_rules_cover_every_layer_folder() -> None:
+    folders = {p.name for p in HOST.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= set(LAYERS), f"a new layer folder needs its rules in {__file__}: {folders - set(LAYERS)}"
+
+
+@pytest.mark.parametrize("path", host_modules(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_layer_imports_one_it_must_not(path: Path) -> None:
+    found = violations(layer_of(path), path.read_text(encoding="utf-8"))
+    assert found == [], f"{path.relative_to(REPO)} ({layer_of(path)}) must not import {found}"
+
+
+@pytest.mark.parametrize("path", sorted(SDK.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
+    found = sorted(m for m in imported_modules(path.read_text(encoding="utf-8")) if m.split(".")[0] == "astrid")
+    assert found == [], f"{path.relative_to(REPO)} runs inside wasm and must not import {found}"
+
+
+@pytest.mark.parametrize(
+    ("layer", "source"),
+    [
+        ("kernel", "from astrid.host.broker.broker import Broker"),
+        ("kernel", "def f():\n    import astrid.host.mcp.server\n"),
+        ("broker", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from astrid.host.kernel import kernel\n"),
+        ("broker", "from astrid.host import runtime"),
+        ("mcp", "from astrid.host.broker.client import FrontDoorClient"),
+        ("bus", "from astrid.host.contract.topics import BROKER"),
+        ("errors", "from astrid.host.bus import Principal"),
+    ],
+)
+def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:
+    assert violations(layer, source) != []
+
+
+def test_allowed_imports_pass() -> None:
+    source = "from astrid.host.bus import Bus\nfrom astrid.host.contract.topics import BROKER\nimport json\n"
+    assert violations("broker", source) == []
