@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from astrid.host.kernel.kernel import Kernel
 from astrid.host.runtime import Runtime, RuntimeConfig
 
 
@@ -25,6 +26,7 @@ def main() -> None:
     runtime.start(background=False)
     runtime.wait_ready(120)
     kernel = runtime.kernel
+    assert isinstance(kernel, Kernel)  # the real one: the bench reads its sandboxes
     deadline = time.monotonic() + 30
     while kernel.sandboxes.live_instances() < len(kernel.loaded()) and time.monotonic() < deadline:
         time.sleep(0.05)  # prewarming runs in the background: wait for it, bounded

@@ -1,4 +1,4 @@
-"""`astrid mcp ...` commands: serve (stdio) and config (Claude Desktop entry)."""
+"""`astrid mcp ...` commands: serve (stdio or HTTP) and config (a client's entry)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from astrid.cli.main import mcp
 from astrid.host.settings import PATH_SETTINGS
 
 log = logging.getLogger("astrid.cli")
-
-PRINCIPAL_MAX = 128
 
 
 # -- shared with `astrid resources` ------------------------------------------------------
@@ -46,13 +44,15 @@ def principal_option(function: Callable) -> Callable:
 
 
 def resolve_principal(principal: str | None) -> str:
+    from astrid.host.auth.principal import principal_problem
     from astrid.host.settings import default_principal
 
     name = principal if principal is not None else default_principal()
     if not name:
         raise UserError("cannot tell which user to serve as: pass --principal NAME")
-    if len(name) > PRINCIPAL_MAX or not name.isprintable() or name != name.strip():
-        raise UserError(f"--principal {name!r}: use 1-{PRINCIPAL_MAX} printable characters without surrounding spaces")
+    problem = principal_problem(name)
+    if problem:
+        raise UserError(f"--principal {name!r}: {problem}")
     return name
 
 
@@ -87,13 +87,81 @@ def _say(message: str) -> None:
 @capsules_option
 @principal_option
 @click.option("--watch/--no-watch", default=True, show_default=True, help="Reload capsules when their folders change.")
-def mcp_serve(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool) -> None:
-    """Serve capsule resources to an MCP client over stdio.
+@click.option(
+    "--http",
+    "http_address",
+    metavar="[HOST:]PORT",
+    default=None,
+    help="Serve streamable HTTP at /mcp instead of stdio (HOST defaults to 127.0.0.1; PORT 0 picks a free one).",
+)
+@click.option(
+    "--tokens",
+    "token_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="HTTP: the static-token file (default: the user config dir; see `astrid mcp token`).",
+)
+@click.option("--jwks", metavar="URL", default=None, help="HTTP: verify OIDC/JWT access tokens against this JWKS.")
+@click.option("--issuer", metavar="ISS", default=None, help="HTTP with --jwks: the tokens' required issuer.")
+@click.option("--audience", metavar="AUD", default=None, help="HTTP with --jwks: the tokens' required audience.")
+@click.option(
+    "--principal-claim", metavar="CLAIM", default="sub", show_default=True, help="HTTP with --jwks: the user claim."
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="HTTP on loopback only: no credential; every request acts for --principal.",
+)
+@click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: allow this Origin.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS key.")
+def mcp_serve(
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    watch: bool,
+    http_address: str | None,
+    token_file: Path | None,
+    jwks: str | None,
+    issuer: str | None,
+    audience: str | None,
+    principal_claim: str,
+    no_auth: bool,
+    allowed_origins: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+) -> None:
+    """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
-    stdout carries only JSON-RPC; everything else goes to stderr. The server
-    answers `initialize` at once; capsules load in the background and
-    requests wait for them.
+    On stdio, stdout carries only JSON-RPC; everything else goes to stderr.
+    The server answers `initialize` at once; capsules load in the background
+    and requests wait for them.
     """
+    if http_address is None:
+        http_only = {"--tokens": token_file, "--jwks": jwks, "--no-auth": no_auth, "--tls-cert": tls_cert}
+        given = [name for name, value in http_only.items() if value]
+        if given:
+            raise UserError(f"{', '.join(given)} only apply with --http [HOST:]PORT")
+        _serve_stdio(capsule_dirs, principal, watch)
+        return
+    from astrid.cli.http_serve import HttpOptions, serve_http
+
+    options = HttpOptions(
+        address=http_address,
+        token_file=token_file,
+        jwks=jwks,
+        issuer=issuer,
+        audience=audience,
+        principal_claim=principal_claim,
+        no_auth=no_auth,
+        allowed_origins=list(allowed_origins),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
+    serve_http(capsule_dirs, principal, watch, options)
+
+
+def _serve_stdio(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool) -> None:
     import anyio
 
     from astrid.host.mcp.server import AstridMcpServer
@@ -107,7 +175,8 @@ def mcp_serve(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool
     else:
         _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
     runtime.start(background=True)
-    threading.Thread(target=_announce, args=(runtime, watch), name="astrid-announce", daemon=True).start()
+    hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
+    announce(runtime, watch, hint)
     server = AstridMcpServer(runtime, limits=runtime.limits)
     try:
         anyio.run(server.run_stdio)
@@ -117,8 +186,12 @@ def mcp_serve(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool
         runtime.close()
 
 
-def _announce(runtime, watch: bool) -> None:
-    """Once loaded: what is served, and how to connect (stderr)."""
+def announce(runtime, watch: bool, hint: str) -> None:
+    """Once loaded (in the background): what is served, and how to connect (stderr)."""
+    threading.Thread(target=_announce, args=(runtime, watch, hint), name="astrid-announce", daemon=True).start()
+
+
+def _announce(runtime, watch: bool, hint: str) -> None:
     from astrid.host.errors import BackendNotReady
 
     try:
@@ -130,17 +203,17 @@ def _announce(runtime, watch: bool) -> None:
     for failure in status.failures:
         _say(f"capsule {failure.folder} not loaded: {failure.error}")
     names = ", ".join(c.name for c in status.capsules) or "none"
-    try:
-        count = str(len(runtime.list_resources()))
-    except Exception as exc:  # the banner must not take the server down
-        count = f"unknown ({exc})"
+    ready = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
+    if runtime.principal is not None:
+        try:
+            count = str(len(runtime.list_resources()))
+        except Exception as exc:  # the banner must not take the server down
+            count = f"unknown ({exc})"
+        ready += f", {count} resources for principal {runtime.principal!r}"
     if runtime.closed:  # the client left while we were loading
         return
-    _say(
-        f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names}), "
-        f"{count} resources for principal {runtime.principal!r}"
-    )
-    _say("connect a client: `astrid mcp config` prints a Claude Desktop entry")
+    _say(ready)
+    _say(hint)
     if watch and runtime.config.capsule_paths:
         runtime.watch_folders()
         _say("watching the capsule folders; a rebuilt capsule is reloaded")

@@ -52,3 +52,11 @@ class BrokerUnavailable(AstridError):
 
 class BackendNotReady(AstridError):
     """The capsules could not be loaded, or are still loading (the message says which)."""
+
+
+class AuthConfigError(AstridError, ValueError):
+    """An auth setting that cannot be used safely (e.g. a JWKS URL over plain http); the message says the fix."""
+
+
+class TokenError(AstridError):
+    """A bearer-token file that cannot be used, or a refused token change (the message says which, and the fix)."""

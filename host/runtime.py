@@ -1,4 +1,4 @@
-"""The composition root: kernel, broker and a front-door client for one principal.
+"""The composition root: one kernel and one broker, and a front-door client per principal.
 
 The one code path behind `astrid mcp serve` and `astrid resources list/read`
 (and the place a multi-principal transport or a bus-only `host run` joins):
@@ -9,9 +9,12 @@ The one code path behind `astrid mcp serve` and `astrid resources list/read`
     runtime.list_resources()           # over the bus, through the broker's front door
     runtime.close()
 
-The front-door client and the broker are host-native participants on the
-kernel's bus (roles in `contract.topics`); the broker trusts exactly the
-client's source-id as its ingress for reads. Nothing here speaks MCP.
+One ingress participant (the `FRONT_DOOR_CLIENT` role) asks for every
+principal; the broker trusts exactly its source-id for reads. Each principal
+gets its own `FrontDoorClient` on first use (`client_for`), which also tells
+the kernel to announce capsule-set changes to that principal and to prewarm
+its sandboxes. `config.principal` is the default principal (stdio, the CLI);
+a multi-user transport passes each request's own. Nothing here speaks MCP.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from astrid.host.broker import Broker, FrontDoorClient
-from astrid.host.bus import Principal, Subscription
+from astrid.host.bus import Bus, Participant, Principal, Subscription
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.topics import BROKER, FRONT_DOOR_CLIENT
+from astrid.host.contract.topics import BROKER, CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT
 from astrid.host.errors import BackendNotReady
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher
@@ -39,7 +42,7 @@ log = logging.getLogger("astrid.host.runtime")
 @dataclass
 class RuntimeConfig:
     capsule_paths: list[Path]
-    principal: str
+    principal: str | None  # the default principal; None: every request names its own
     cache_dir: Path | None = None
     limits: Limits = DEFAULT_LIMITS
 
@@ -64,10 +67,23 @@ class Status:
     seconds: float = 0.0
 
 
-KernelFactory = Callable[[RuntimeConfig], Any]
+class CapsuleKernel(Protocol):
+    """What the runtime needs of a kernel: `kernel.Kernel`, or a test's stand-in."""
+
+    @property
+    def bus(self) -> Bus: ...
+
+    def watch_principal(self, name: str) -> Principal: ...
+    def start(self) -> Iterable[Any]: ...
+    def reload(self) -> Iterable[Any]: ...
+    def close(self) -> None: ...
 
 
-def _real_kernel(config: RuntimeConfig) -> Any:
+KernelFactory = Callable[[RuntimeConfig], CapsuleKernel]
+
+
+def _real_kernel(config: RuntimeConfig) -> CapsuleKernel:
+    # Imported here: wasmtime loads only when a runtime starts, not with the CLI.
     from astrid.host.kernel.kernel import Kernel, KernelConfig
 
     return Kernel(
@@ -83,9 +99,12 @@ class Runtime:
         self.principal = config.principal
         self.limits = config.limits
         self._kernel_factory = kernel_factory or _real_kernel
-        self.kernel: Any = None
+        self.kernel: CapsuleKernel | None = None
         self.broker: Broker | None = None
-        self.client: FrontDoorClient | None = None
+        self.client: FrontDoorClient | None = None  # the default principal's
+        self._ingress: Participant | None = None
+        self._clients: dict[str, FrontDoorClient] = {}
+        self._clients_lock = threading.Lock()
         self.status = Status()
         self._ready = threading.Event()
         self._error: str | None = None
@@ -107,14 +126,15 @@ class Runtime:
         try:
             kernel = self._kernel_factory(self.config)
             self.kernel = kernel
-            ingress = FRONT_DOOR_CLIENT.participant()
+            self._ingress = FRONT_DOOR_CLIENT.participant()
             self.broker = Broker(
-                kernel.bus, participant=BROKER.participant(), limits=self.limits, trusted_ingress=[ingress.source_id]
+                kernel.bus,
+                participant=BROKER.participant(),
+                limits=self.limits,
+                trusted_ingress=[self._ingress.source_id],
             ).start()
-            principal = kernel.watch_principal(self.principal)
-            if not isinstance(principal, Principal):
-                principal = Principal.verified(self.principal)
-            self.client = FrontDoorClient(kernel.bus, ingress, principal, limits=self.limits)
+            if self.principal is not None:
+                self.client = self._new_client(self.principal)
             report = kernel.start()
             self._record(report, time.perf_counter() - started)
         except Exception as exc:  # reported to every request, and on stderr
@@ -149,6 +169,7 @@ class Runtime:
     def reload(self) -> Status:
         """Rescan the capsule folders (the kernel announces a changed set)."""
         self.wait_ready(600)
+        assert self.kernel is not None  # ready means started
         started = time.perf_counter()
         report = self.kernel.reload()
         self._record(report, time.perf_counter() - started)
@@ -193,16 +214,37 @@ class Runtime:
 
     # -- the backend -------------------------------------------------------------------
 
-    def _client(self) -> FrontDoorClient:
+    def client_for(self, principal: str) -> FrontDoorClient:
+        """The front doors as `verified(principal)`; made on first use, then kept."""
         self.wait_ready(600)
-        assert self.client is not None
-        return self.client
+        with self._clients_lock:
+            client = self._clients.get(principal)
+            if client is None:
+                client = self._new_client(principal)
+            return client
 
-    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
-        return self._client().list_resources(refresh=refresh)
-
-    def read_resource(self, uri: str) -> ReadResourceReply:
-        return self._client().read_resource(uri)
+    def _new_client(self, principal: str) -> FrontDoorClient:
+        kernel, ingress = self.kernel, self._ingress
+        assert kernel is not None and ingress is not None  # started
+        client = FrontDoorClient(kernel.bus, ingress, kernel.watch_principal(principal), limits=self.limits)
+        self._clients[principal] = client
+        return client
 
     def changes(self) -> Subscription:
-        return self._client().changes()
+        """Capsule-set events of every principal served (close it when done)."""
+        self.wait_ready(600)
+        assert self.kernel is not None and self._ingress is not None
+        return self.kernel.bus.subscribe(self._ingress, CAPSULES_LOADED_TOPIC)
+
+    def _default_client(self) -> FrontDoorClient:
+        if self.principal is None:
+            raise BackendNotReady("no default principal: this runtime serves only named principals")
+        return self.client_for(self.principal)
+
+    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
+        """The default principal's resources (the CLI's view)."""
+        return self._default_client().list_resources(refresh=refresh)
+
+    def read_resource(self, uri: str) -> ReadResourceReply:
+        """A read as the default principal (the CLI's view)."""
+        return self._default_client().read_resource(uri)

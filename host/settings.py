@@ -16,9 +16,10 @@ CAPSULE_HOME_ENV = "ASTRID_CAPSULE_HOME"
 CACHE_DIR_ENV = "ASTRID_CACHE_DIR"
 BUILD_CACHE_ENV = "ASTRID_BUILD_CACHE_DIR"
 CACHE_KEY_ENV = "ASTRID_CACHE_KEY_FILE"
+CONFIG_DIR_ENV = "ASTRID_CONFIG_DIR"
 # Every place setting: a client starts its server with a minimal environment,
 # so `astrid mcp config` hands these on.
-PATH_SETTINGS = (CAPSULE_HOME_ENV, CACHE_DIR_ENV, BUILD_CACHE_ENV, CACHE_KEY_ENV)
+PATH_SETTINGS = (CAPSULE_HOME_ENV, CACHE_DIR_ENV, BUILD_CACHE_ENV, CACHE_KEY_ENV, CONFIG_DIR_ENV)
 
 
 def path_setting(env: str, default: Path) -> Path:
@@ -33,6 +34,15 @@ def default_capsule_home() -> Path:
     `%LOCALAPPDATA%\\astrid\\capsules`)."""
     default = Path(platformdirs.user_data_dir("astrid", appauthor=False)) / "capsules"
     return path_setting(CAPSULE_HOME_ENV, default).expanduser()
+
+
+def default_token_file() -> Path:
+    """`$ASTRID_CONFIG_DIR/tokens.json`, else the user config dir + `tokens.json`
+    (Linux `~/.config/astrid/tokens.json`, macOS
+    `~/Library/Application Support/astrid/tokens.json`, Windows
+    `%LOCALAPPDATA%\\astrid\\tokens.json`): the bearer tokens of `astrid mcp token`."""
+    default = Path(platformdirs.user_config_dir("astrid", appauthor=False))
+    return path_setting(CONFIG_DIR_ENV, default).expanduser() / "tokens.json"
 
 
 def default_principal() -> str | None:

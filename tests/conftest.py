@@ -72,3 +72,9 @@ def built_introspect(bundled_built: dict[str, Built]) -> Built:
 def built_faulty(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """tests/fixtures/faulty: handlers that raise, return the wrong type or too much."""
     return build_clean(FIXTURES / "faulty", tmp_path_factory.mktemp("faulty") / "faulty")
+
+
+@pytest.fixture(scope="session")
+def built_probe(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """tests/e2e/capsules/probe: a per-principal note, an alice-only resource, a read that never returns."""
+    return build_clean(REPO / "tests" / "e2e" / "capsules" / "probe", tmp_path_factory.mktemp("probe") / "probe")

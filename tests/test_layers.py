@@ -6,6 +6,8 @@ The rules (docs/design.md, "Layer rules"):
 - `contract` (wire models, the topic registry) builds on the bus only;
 - `kernel`, `broker` and `mcp` never import each other, nor the composition
   root (`runtime`) that wires them together;
+- `auth` (principal names, bearer-token sources) imports no other layer, and
+  only `mcp` and the composition root may import it;
 - the foundation modules beside them (errors, limits, settings, version,
   toolpaths) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host.
@@ -25,14 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = REPO / "host"
 SDK = REPO / "capsules" / "sdk"
 
-LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch")
+LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth")
 FORBIDDEN: dict[str, set[str]] = {
-    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch"},
-    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch"},
-    "kernel": {"broker", "mcp", "build", "runtime", "watch"},
-    "broker": {"kernel", "mcp", "build", "runtime", "watch"},
+    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
+    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
+    "kernel": {"broker", "mcp", "build", "runtime", "watch", "auth"},
+    "broker": {"kernel", "mcp", "build", "runtime", "watch", "auth"},
     "mcp": {"kernel", "broker", "build", "runtime", "watch"},
-    "build": {"broker", "mcp", "runtime", "watch"},
+    "build": {"broker", "mcp", "runtime", "watch", "auth"},
+    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch"},
     **{foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths")},
 }
 
@@ -99,6 +102,8 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("mcp", "from astrid.host.broker.client import FrontDoorClient"),
         ("bus", "from astrid.host.contract.topics import BROKER"),
         ("errors", "from astrid.host.bus import Principal"),
+        ("auth", "from astrid.host.mcp.auth import BearerVerifier"),
+        ("broker", "from astrid.host.auth import TokenStore"),
     ],
 )
 def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:

@@ -15,7 +15,7 @@ import uuid
 
 from pydantic import ValidationError
 
-from astrid.host.bus import Bus, BusError, Participant, Principal, Subscription
+from astrid.host.bus import Bus, BusError, Participant, Principal
 from astrid.host.contract.frontdoor import (
     ListResourcesReply,
     ListResourcesRequest,
@@ -23,7 +23,7 @@ from astrid.host.contract.frontdoor import (
     ReadResourceRequest,
 )
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
+from astrid.host.contract.topics import FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
 from astrid.host.errors import BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
@@ -77,10 +77,6 @@ class FrontDoorClient:
             return ReadResourceReply.model_validate(data, context={"limits": self.limits})
         except ValidationError as exc:
             raise BrokerUnavailable(f"the broker's read reply is malformed: {exc.error_count()} errors") from None
-
-    def changes(self) -> Subscription:
-        """Capsule-set change events for this principal (close it when done)."""
-        return self.bus.subscribe(self.participant, CAPSULES_LOADED_TOPIC, principal_scope=self.principal)
 
     def _round_trip(self, topic: str, req_id: str, payload: str) -> object:
         with self.bus.subscribe(self.participant, reply_topic(req_id), principal_scope=self.principal) as replies:

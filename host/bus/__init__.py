@@ -11,7 +11,6 @@ from astrid.host.bus.base import (
     SYSTEM,
     Binding,
     Bus,
-    BusError,
     Delivery,
     Handler,
     IpcErrorCode,
@@ -22,6 +21,7 @@ from astrid.host.bus.base import (
     host_participant,
 )
 from astrid.host.bus.memory import Dispatcher, InMemoryBus, InMemoryDelivery, InMemorySubscription
+from astrid.host.errors import BusError
 
 __all__ = [
     "SYSTEM",

@@ -24,7 +24,6 @@ from enum import StrEnum
 from typing import Literal, Protocol
 
 from astrid.host.bus.topics import pattern_matches, topic_problem
-from astrid.host.errors import BusError
 
 
 class IpcErrorCode(StrEnum):

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from astrid.host.bus.base import Binding, BusError, IpcErrorCode, Message, Participant, Principal
+from astrid.host.bus.base import Binding, IpcErrorCode, Message, Participant, Principal
 from astrid.host.bus.topics import pattern_matches, topic_problem
+from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,11 @@
 """The MCP server: mcp 2.3.0's low-level `Server` in front of the broker.
 
 It knows MCP and nothing about wasm; it reaches the broker only over the bus
-through a backend (`FrontDoorClient` plus readiness). One server serves one
-principal (stdio: one client, one user).
+through a backend (a front door per principal, plus readiness). One server
+serves every principal of its transport: stdio has one (the backend's
+default principal); streamable HTTP takes each request's principal from its
+verified credential (`mcp.auth`), and a request without one falls back to the
+default principal only where the operator allowed that (loopback, no auth).
 
 - capabilities: `resources` with `listChanged: true` and no `subscribe`
   (`resources/subscribe` is "method not found"); both protocol revisions,
@@ -11,15 +14,17 @@ principal (stdio: one client, one user).
   `resources/templates/list`;
 - results carry 2026-07-28 cache hints (`private`, principal-scoped; the SDK
   strips them on the 2025-11-25 wire);
-- `notifications/resources/list_changed` when this principal's URI set
-  changed after a capsule-set change: on the session (2025-11-25) and on open
-  `subscriptions/listen` streams (2026-07-28);
+- `notifications/resources/list_changed` when a principal's URI set changed
+  after a capsule-set change, to that principal's clients only: on their
+  sessions (2025-11-25) and open `subscriptions/listen` streams (2026-07-28);
+- at most `max_requests_per_principal` requests of one principal in flight:
+  more are refused at once as busy, so one principal's flood cannot hold the
+  worker threads another one's reads need;
 - every failure is an `MCPError`, never another exception type.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,8 +34,10 @@ import anyio
 import mcp.types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
+from mcp.server.session import ServerSession
+from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from astrid.host.bus import Subscription
@@ -38,6 +45,7 @@ from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.mcp.changes import ListChanged
 from astrid.host.mcp.reshape import read_error, to_contents, to_resource
 from astrid.host.mcp.stdio import screened_stdio_server
 from astrid.host.version import astrid_version
@@ -49,17 +57,28 @@ T = TypeVar("T")
 # Principal-scoped results: a shared cache must never serve them to someone else.
 LIST_TTL_MS = 0
 READ_TTL_MS = 0
+MAX_REQUESTS_PER_PRINCIPAL = 16
+SERVER_BUSY = -32000  # JSON-RPC's implementation-defined server error range
+
+
+class FrontDoor(Protocol):
+    """The broker's front doors, for one principal."""
+
+    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
+    def read_resource(self, uri: str) -> ReadResourceReply: ...
 
 
 class Backend(Protocol):
-    """What the server needs: the front doors for one principal, plus readiness."""
+    """What the server needs: readiness, a front door per principal, and capsule-set events."""
 
-    principal: str
+    # Whom a request without a credential acts for (stdio: the one user); None: nobody.
+    principal: str | None
 
     def wait_ready(self, timeout_s: float) -> None: ...
-    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
-    def read_resource(self, uri: str) -> ReadResourceReply: ...
-    def changes(self) -> Subscription: ...
+    def client_for(self, principal: str) -> FrontDoor: ...
+    def changes(self) -> Subscription:
+        """Capsule-set events of every principal served (close it when done)."""
+        ...
 
 
 class AstridMcpServer:
@@ -70,16 +89,18 @@ class AstridMcpServer:
         limits: Limits = DEFAULT_LIMITS,
         name: str = "astrid",
         ready_timeout_s: float = 600.0,
+        max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
+        worker_threads: int | None = None,
     ) -> None:
         self.backend = backend
         self.limits = limits
         self.ready_timeout_s = ready_timeout_s
-        self.listen_bus = InMemorySubscriptionBus()
-        self.listen_handler = ListenHandler(self.listen_bus)
-        self.list_changed_sent = 0
+        self.max_requests_per_principal = max_requests_per_principal
+        self.worker_threads = worker_threads
+        self.list_changed = ListChanged()
         self.changes_handled = 0  # capsule-set events re-listed (tests wait on it)
-        self._legacy_session: Any = None
-        self._baseline: frozenset[str] | None = None
+        self._in_flight: dict[str, int] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
         self._last_reshape: tuple[list[ResourceDefinition], list[types.Resource]] = ([], [])
         self.watching: anyio.Event | None = None  # set once the list_changed baseline exists
         self.server: Server[dict[str, Any]] = Server(
@@ -87,14 +108,14 @@ class AstridMcpServer:
             version=astrid_version(),
             title="astrid capsule resources",
             instructions=(
-                f"Read-only resources served by sandboxed astrid capsules for the user {backend.principal!r}. "
+                "Read-only resources served by sandboxed astrid capsules for the signed-in user. "
                 "List them with resources/list and read them with resources/read."
             ),
             lifespan=self._lifespan,
             on_list_resources=self._on_list,
             on_read_resource=self._on_read,
             on_list_resource_templates=self._on_templates,
-            on_subscriptions_listen=self.listen_handler,
+            on_subscriptions_listen=self._on_listen,
         )
         # 2026-07-28: the SDK would derive `subscribe: true` from the listen
         # handler; advertise what we offer instead.
@@ -122,15 +143,22 @@ class AstridMcpServer:
         async with screened_stdio_server() as (read_stream, write_stream):
             await self.run(read_stream, write_stream)
 
+    @property
+    def list_changed_sent(self) -> int:
+        return self.list_changed.sent
+
     @asynccontextmanager
     async def _lifespan(self, _server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
         self.watching = anyio.Event()
+        if self.worker_threads is not None:  # many principals: more requests may wait on the bus at once
+            anyio.to_thread.current_default_thread_limiter().total_tokens = self.worker_threads
         async with anyio.create_task_group() as tg:
+            self._task_group = tg
             tg.start_soon(self._watch_changes)
             try:
                 yield {}
             finally:
-                self.listen_handler.close()
+                self.list_changed.close()
                 tg.cancel_scope.cancel()
 
     async def _capture_session(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
@@ -139,8 +167,30 @@ class AstridMcpServer:
         # notifications; remember a session that reaches it once initialized.
         if ctx.method != "initialize" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             if ctx.method == "notifications/initialized" or ctx.request_id is not None:
-                self._legacy_session = ctx.session
+                connection = _connection_of(ctx.session)
+                principal = self._principal_or_none(ctx)
+                if principal is not None and not self.list_changed.joined(connection):
+                    self.list_changed.join(connection, ctx.session, principal)
+                    connection.exit_stack.callback(self.list_changed.leave, connection)
         return result
+
+    # -- who is asking ---------------------------------------------------------------
+
+    def _principal_or_none(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The principal of the request's verified credential, else the default one (or None)."""
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        user = scope.get("user") if isinstance(scope, dict) else None
+        token = getattr(user, "access_token", None)
+        if token is not None:
+            return str(token.client_id)
+        return self.backend.principal
+
+    def _principal(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        principal = self._principal_or_none(ctx)
+        if principal is None:
+            raise MCPError(code=types.INVALID_REQUEST, message="this server serves only authenticated requests")
+        return principal
 
     # -- calling the broker ------------------------------------------------------------
 
@@ -150,15 +200,23 @@ class AstridMcpServer:
         except BackendNotReady as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"capsules are not available: {exc}") from None
 
-    async def _call(self, fn: Callable[..., T], *args: Any, uri: str | None = None, **kwargs: Any) -> T:
+    async def _call(self, principal: str, call: Callable[[FrontDoor], T], *, uri: str | None = None) -> T:
         data = {"uri": uri} if uri is not None else None
+        in_flight = self._in_flight.get(principal, 0)
+        if in_flight >= self.max_requests_per_principal:
+            raise MCPError(
+                code=SERVER_BUSY,
+                message=f"busy: {in_flight} requests of this user are in flight; retry when one has finished",
+                data=data,
+            )
 
         def when_ready() -> T:
             # One thread hop per request: waiting for the capsules to load
             # returns at once after start-up.
             self.backend.wait_ready(self.ready_timeout_s)
-            return fn(*args, **kwargs)
+            return call(self.backend.client_for(principal))
 
+        self._in_flight[principal] = in_flight + 1
         try:
             return await anyio.to_thread.run_sync(when_ready)
         except BackendNotReady as exc:
@@ -171,6 +229,10 @@ class AstridMcpServer:
         except Exception:
             log.exception("unexpected failure talking to the broker")
             raise MCPError(code=types.INTERNAL_ERROR, message="internal error", data=data) from None
+        finally:
+            left = self._in_flight.pop(principal, 1) - 1
+            if left:
+                self._in_flight[principal] = left
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -187,9 +249,10 @@ class AstridMcpServer:
         if params is not None and params.cursor is not None:
             # one page, never a cursor: any cursor is one we did not issue
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
-        definitions = await self._call(self.backend.list_resources)
+        principal = self._principal(ctx)
+        definitions = await self._call(principal, lambda door: door.list_resources())
         # What the client has now seen: list_changed compares against it.
-        self._baseline = frozenset(d.uri for d in definitions)
+        self.list_changed.listed(principal, frozenset(d.uri for d in definitions), _connection_of(ctx.session))
         return types.ListResourcesResult(
             resources=self._reshaped(definitions), ttl_ms=LIST_TTL_MS, cache_scope="private"
         )
@@ -210,7 +273,7 @@ class AstridMcpServer:
         self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = params.uri
-        reply = await self._call(self.backend.read_resource, uri, uri=uri)
+        reply = await self._call(self._principal(ctx), lambda door: door.read_resource(uri), uri=uri)
         if reply.error is not None:
             raise read_error(reply.error, uri, ctx.protocol_version)
         try:
@@ -232,7 +295,14 @@ class AstridMcpServer:
 
     # -- list_changed ------------------------------------------------------------------
 
+    async def _on_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """A 2026-07-28 listen stream hears its own principal's changes only."""
+        return await self.list_changed.listen_handler(self._principal(ctx))(ctx, params)
+
     async def _watch_changes(self) -> None:
+        """One watcher for every principal: a capsule-set event of alice re-lists alice's set."""
         try:
             await self._ready()
         except MCPError as exc:
@@ -241,57 +311,42 @@ class AstridMcpServer:
         changes = await anyio.to_thread.run_sync(self.backend.changes)
         try:
             # A change that landed before the subscription is caught here: the
-            # set now is compared with what the client last listed, if it did.
-            current = await self._uri_set(refresh=False)
-            if self._baseline is None:
-                self._baseline = current
-            elif current is not None and current != self._baseline:
-                self._baseline = current
-                await self.notify_list_changed()
+            # set now is compared with what each client last listed, if it did.
+            for principal in self._connected():
+                await self._reconcile(principal, refresh=False)
             if self.watching is not None:
                 self.watching.set()
             while True:
                 event = await anyio.to_thread.run_sync(changes.recv, 0.5, abandon_on_cancel=True)
                 if event is None:
                     continue
-                await anyio.to_thread.run_sync(_drain, changes)  # one re-list per burst
-                current = await self._uri_set(refresh=True)
-                self.changes_handled += 1
-                if current is None:
-                    continue
-                if current != self._baseline:
-                    log.info(
-                        "resource set of %s changed (%d -> %d uris): list_changed",
-                        self.backend.principal,
-                        len(self._baseline or ()),
-                        len(current),
-                    )
-                    self._baseline = current
-                    await self.notify_list_changed()
+                events = [event, *await anyio.to_thread.run_sync(changes.poll)]
+                # one re-list per principal per burst, and only for principals with a client
+                touched = {e.principal.name for e in events if e.principal.is_verified and e.principal.name}
+                for principal in sorted(touched & self._connected()):
+                    await self._reconcile(principal, refresh=True)
+                    self.changes_handled += 1
         finally:
             changes.close()
 
-    async def _uri_set(self, *, refresh: bool) -> frozenset[str] | None:
+    def _connected(self) -> set[str]:
+        connected = self.list_changed.principals()
+        if self.backend.principal is not None:
+            connected.add(self.backend.principal)
+        return connected
+
+    async def _reconcile(self, principal: str, *, refresh: bool) -> None:
         try:
             definitions = await anyio.to_thread.run_sync(
-                functools.partial(self.backend.list_resources, refresh=refresh)
+                lambda: self.backend.client_for(principal).list_resources(refresh=refresh)
             )
         except Exception as exc:  # keep watching; the next event tries again
-            log.warning("cannot re-list resources after a capsule-set change: %s", exc)
-            return None
-        return frozenset(d.uri for d in definitions)
-
-    async def notify_list_changed(self) -> None:
-        self.list_changed_sent += 1
-        await self.listen_bus.publish(ResourcesListChanged())
-        session = self._legacy_session
-        if session is not None:
-            try:
-                await session.send_resource_list_changed()
-            except Exception as exc:  # the client may be gone
-                log.warning("list_changed not delivered: %s", exc)
+            log.warning("cannot re-list resources of %s after a capsule-set change: %s", principal, exc)
+            return
+        await self.list_changed.reconcile(principal, frozenset(d.uri for d in definitions))
 
 
-def _drain(subscription: Subscription) -> None:
-    while subscription.poll():
-        pass
+def _connection_of(session: ServerSession) -> Connection:
+    """The connection behind a handler's session proxy (a new proxy per request in
+    mcp 2.3.0): what lives as long as the client, and says when it is gone."""
+    return session._connection  # the SDK keeps no public accessor (pinned: mcp==2.3.0)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from astrid.host.broker.client import FrontDoorClient
 from astrid.host.bus import Principal
+from astrid.host.kernel.kernel import Kernel
 from astrid.host.limits import Limits
 from astrid.host.runtime import Runtime, RuntimeConfig
 from tests.support.capsules import BUNDLED_URIS
@@ -20,8 +21,10 @@ class InProcessServer:
     runtime: Runtime
 
     @property
-    def kernel(self):
-        return self.runtime.kernel
+    def kernel(self) -> Kernel:
+        kernel = self.runtime.kernel
+        assert isinstance(kernel, Kernel), "the runtime has not started"
+        return kernel
 
     @property
     def broker(self):

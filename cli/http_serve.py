@@ -1,0 +1,144 @@
+"""`astrid mcp serve --http`: one server for many users, each with their own credential.
+
+Auth is on unless the operator says otherwise: static tokens (`astrid mcp
+token add NAME`) by default, OIDC/JWT with `--jwks`. `--no-auth` serves
+without credentials, as `--principal`, and only on a loopback address: a
+server anyone on the network can reach must know who is asking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from astrid.cli.errors import UserError
+from astrid.cli.mcp_cmd import announce, make_runtime, resolve_capsule_paths, resolve_principal
+
+# Worker threads for requests: the per-principal cap (16) times a few
+# principals, so one busy principal never holds every thread.
+WORKER_THREADS = 64
+
+
+@dataclass
+class HttpOptions:
+    address: str
+    token_file: Path | None = None
+    jwks: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    principal_claim: str = "sub"
+    no_auth: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """`[HOST:]PORT` (HOST may be `[v6]`) -> (host, port); the host defaults to 127.0.0.1."""
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise UserError(f"--http {address!r}: give [HOST:]PORT with a port of 0-65535, e.g. --http 127.0.0.1:8000")
+    return host, int(port_text)
+
+
+def _say(message: str) -> None:
+    click.echo(f"astrid: {message}", err=True)
+
+
+def _verifier(options: HttpOptions, host: str):
+    """The bearer verifier and a line saying how users get in; None for --no-auth."""
+    from astrid.host.mcp.http import is_loopback
+
+    if options.no_auth:
+        if options.jwks or options.token_file:
+            raise UserError("--no-auth cannot be combined with --tokens or --jwks")
+        if not is_loopback(host):
+            raise UserError(
+                f"--http {host}: refusing to serve without auth on a non-loopback address "
+                "(anyone who can reach it would read as --principal); drop --no-auth, or bind 127.0.0.1"
+            )
+        return None, "auth: none (loopback only)"
+    from astrid.host.mcp.auth import BearerVerifier
+
+    if options.jwks:
+        return _jwt_verifier(
+            options
+        ), f"auth: OIDC/JWT from {options.issuer} (principal claim {options.principal_claim!r})"
+    if options.issuer or options.audience:
+        raise UserError("--issuer and --audience go with --jwks URL")
+    from astrid.host.auth.tokens import TokenStore
+    from astrid.host.settings import default_token_file
+
+    path = options.token_file or default_token_file()
+    store = TokenStore(path)
+    count = len(store.list())
+    how = "add one with `astrid mcp token add NAME" + (f" --tokens {path}`" if options.token_file else "`")
+    detail = f"{count} tokens" if count else f"no tokens yet: {how}"
+    return BearerVerifier(store), f"auth: static tokens from {path} ({detail})"
+
+
+def _jwt_verifier(options: HttpOptions):
+    from astrid.host.auth.oidc import JwtVerifier
+    from astrid.host.errors import AstridError
+    from astrid.host.mcp.auth import BearerVerifier
+
+    if not options.jwks or not options.issuer or not options.audience:
+        raise UserError("--jwks needs --issuer ISS and --audience AUD (what the tokens must carry)")
+    if options.token_file:
+        raise UserError("--tokens and --jwks are two auth modes: choose one")
+    try:
+        source = JwtVerifier(options.jwks, options.issuer, options.audience, principal_claim=options.principal_claim)
+    except AstridError as exc:
+        raise UserError(str(exc)) from None
+    return BearerVerifier(source)
+
+
+def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, options: HttpOptions) -> None:
+    from astrid.host.mcp.http import HttpListener, HttpSettings
+    from astrid.host.mcp.server import AstridMcpServer
+    from astrid.host.runtime import Runtime, RuntimeConfig
+
+    host, port = parse_address(options.address)
+    if bool(options.tls_cert) != bool(options.tls_key):
+        raise UserError("--tls-cert and --tls-key go together")
+    verifier, auth_line = _verifier(options, host)
+    if verifier is None:
+        runtime = make_runtime(capsule_dirs, principal)
+    else:
+        if principal is not None:
+            raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
+        runtime = Runtime(RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None))
+    settings = HttpSettings(
+        host=host,
+        port=port,
+        verifier=verifier,
+        issuer=options.issuer if options.jwks else None,
+        allowed_origins=options.allowed_origins,
+        tls_cert=options.tls_cert,
+        tls_key=options.tls_key,
+    )
+    server = AstridMcpServer(runtime, limits=runtime.limits, worker_threads=WORKER_THREADS)
+    try:
+        listener = HttpListener(server, settings)
+    except OSError as exc:
+        raise UserError(f"--http {options.address}: cannot listen there ({exc.strerror or exc})") from None
+    _say(f"serving MCP resources at {listener.url} (streamable HTTP)")
+    _say(auth_line)
+    paths = runtime.config.capsule_paths
+    _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
+    runtime.start(background=True)
+    hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
+    announce(runtime, watch, hint)
+    try:
+        listener.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        listener.close()
+        runtime.close()
+
+
+__all__ = ["HttpOptions", "parse_address", "resolve_principal", "serve_http"]

@@ -1,0 +1,79 @@
+"""`astrid mcp serve --http`: many principals on one server, through the MCP SDK's HTTP client.
+
+Each principal presents its own static token and must see, read and be
+notified about its own resources only, at the same time as the others;
+both protocol eras are spoken on the same endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.http import HttpServer, http_server, http_session, text_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def served(capsules, capsule_home, tmp_path):
+    with http_server(capsules["introspect"], capsules["probe"], capsule_home=capsule_home, token_dir=tmp_path) as s:
+        yield s
+
+
+async def _whoami_and_note(url: str, token: str) -> tuple[str, str, list[str]]:
+    async with http_session(url, token) as session:
+        whoami = await session.read_resource("astrid://whoami")
+        note = await session.read_resource("astrid://probe/note")
+        listed = await session.list_resources()
+    return json.loads(text_of(whoami))["principal"], text_of(note), [r.uri for r in listed.resources]
+
+
+async def test_each_token_sees_only_its_own_principal_concurrently(served: HttpServer):
+    tokens = {name: served.add_token(name) for name in ("alice", "bob", "carol")}
+    seen: dict[str, tuple[str, str, list[str]]] = {}
+
+    async def visit(name: str) -> None:
+        seen[name] = await _whoami_and_note(served.url, tokens[name])
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):  # each principal three times over, all at once
+                for name in tokens:
+                    tg.start_soon(visit, name)
+    for name, (principal, note, uris) in seen.items():
+        assert principal == name
+        assert note == f"the private note of {name}"
+        assert ("astrid://probe/alice-only" in uris) == (name == "alice")
+
+
+async def test_a_2026_07_28_stateless_client_is_served_as_its_token(served: HttpServer):
+    token = served.add_token("dave")
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        transport = streamable_http_client(served.url, http_client=http)
+        with anyio.fail_after(30):
+            async with Client(transport, mode="2026-07-28") as client:
+                read = await client.read_resource("astrid://whoami")
+    assert json.loads(text_of(read))["principal"] == "dave"
+
+
+async def test_a_revoked_token_stops_working_without_a_restart(served: HttpServer):
+    token = served.add_token("erin")
+    with anyio.fail_after(30):
+        assert (await _whoami_and_note(served.url, token))[0] == "erin"
+    served.revoke_token("erin")
+    async with httpx2.AsyncClient(timeout=10) as http:
+        answer = await http.post(served.url, headers={"Authorization": f"Bearer {token}"}, json={})
+    assert answer.status_code == 401
+
+
+def test_the_banner_says_the_url_the_auth_mode_and_how_to_add_a_token(served: HttpServer):
+    log = served.log()
+    assert f"serving MCP resources at {served.url}" in log
+    assert "auth: static tokens from" in log
+    assert "astrid mcp token add NAME" in log
