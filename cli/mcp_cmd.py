@@ -248,16 +248,25 @@ def config_entry(name: str, capsule_dirs: list[Path], principal: str | None) -> 
     return {"mcpServers": {name: {"command": command, "args": args, "env": env}}}
 
 
+def http_config_entry(name: str, url: str) -> dict:
+    """A client entry for a remote `astrid mcp serve --http` (the token stays a placeholder)."""
+    return {"mcpServers": {name: {"type": "http", "url": url, "headers": {"Authorization": "Bearer <token>"}}}}
+
+
 @mcp.command("config")
 @click.option("--name", default="astrid", show_default=True, help="The server's name in the client's config.")
+@click.option("--http", "http_url", metavar="URL", default=None, help="An entry for a remote server at this URL.")
 @capsules_option
 @principal_option
-def mcp_config(name: str, capsule_dirs: tuple[Path, ...], principal: str | None) -> None:
-    """Print a claude_desktop_config.json entry for `astrid mcp serve`.
+def mcp_config(name: str, http_url: str | None, capsule_dirs: tuple[Path, ...], principal: str | None) -> None:
+    """Print a client entry: for `astrid mcp serve` on stdio, or with --http URL for a remote server.
 
-    The JSON goes to stdout (merge its `mcpServers` entry into the file);
-    where the file lives goes to stderr.
+    The JSON goes to stdout (merge its `mcpServers` entry into the client's
+    config); where the file lives goes to stderr.
     """
+    if http_url is not None:
+        _http_config(name, http_url, capsule_dirs, principal)
+        return
     for path in capsule_dirs:
         if not path.expanduser().exists():
             raise UserError(f"--capsules {path}: no such folder")
@@ -272,6 +281,24 @@ def mcp_config(name: str, capsule_dirs: tuple[Path, ...], principal: str | None)
     click.echo(
         "The capsule home (always served when it exists) is "
         f"{_home()}; the server runs as the OS user unless --principal is given.",
+        err=True,
+    )
+
+
+def _http_config(name: str, url: str, capsule_dirs: tuple[Path, ...], principal: str | None) -> None:
+    from urllib.parse import urlsplit
+
+    if capsule_dirs or principal:
+        raise UserError("--capsules and --principal belong to the server: pass them to `astrid mcp serve --http`")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UserError(f"--http {url!r}: give the server's URL, e.g. https://mcp.example.com/mcp")
+    click.echo(json.dumps(http_config_entry(name, url), indent=2))
+    click.echo("", err=True)
+    click.echo("Replace <token> with the token `astrid mcp token add NAME` printed on the server.", err=True)
+    click.echo(
+        "Clients that take remote servers in their config file (`type: http`, `url`, `headers`) use it as is; "
+        "in Claude Desktop, add the URL under Settings > Connectors.",
         err=True,
     )
 

@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
+from tests.support.processes import run_astrid
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -77,3 +78,16 @@ def test_the_banner_says_the_url_the_auth_mode_and_how_to_add_a_token(served: Ht
     assert f"serving MCP resources at {served.url}" in log
     assert "auth: static tokens from" in log
     assert "astrid mcp token add NAME" in log
+
+
+async def test_the_config_entry_for_http_connects_once_its_token_is_filled_in(served: HttpServer, tmp_path):
+    done = run_astrid("mcp", "config", "--http", served.url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["mcpServers"]["astrid"]
+    assert entry["type"] == "http" and entry["url"] == served.url
+    token = served.add_token("frank")
+    headers = {key: value.replace("<token>", token) for key, value in entry["headers"].items()}
+    with anyio.fail_after(30):
+        async with http_session(entry["url"], None, headers=headers) as session:
+            whoami = await session.read_resource("astrid://whoami")
+    assert json.loads(text_of(whoami))["principal"] == "frank"
