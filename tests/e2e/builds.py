@@ -22,6 +22,7 @@ MUTABLE_VARIANTS = {
     "v1": ("astrid://mutable/one\n", "version 1"),
     "v2": ("astrid://mutable/one\nastrid://mutable/two\n", "version 1"),
     "v3": ("astrid://mutable/one\nastrid://mutable/two\n", "version 3"),
+    "v4": ("astrid://mutable/one\nastrid://mutable/two\nastrid://mutable/mine @alice\n", "version 3"),
 }
 
 

@@ -8,13 +8,16 @@ both protocol eras are spoken on the same endpoint.
 from __future__ import annotations
 
 import json
+import shutil
 
 import anyio
 import httpx2
+import mcp.types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.e2e.builds import build, write_variant
 from tests.support.http import HttpServer, http_server, http_session, text_of
 from tests.support.processes import run_astrid
 
@@ -91,3 +94,47 @@ async def test_the_config_entry_for_http_connects_once_its_token_is_filled_in(se
         async with http_session(entry["url"], None, headers=headers) as session:
             whoami = await session.read_resource("astrid://whoami")
     assert json.loads(text_of(whoami))["principal"] == "frank"
+
+
+async def test_list_changed_reaches_only_the_sessions_of_the_principal_whose_set_changed(
+    capsules, capsule_home, tmp_path
+):
+    live = tmp_path / "live"
+    folder = live / "mutable"
+    shutil.copytree(capsules["mutable-v3"], folder)
+    notes: dict[str, int] = {"alice": 0, "bob": 0}
+
+    def counter(name: str):
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceListChangedNotification):
+                notes[name] += 1
+
+        return on_message
+
+    async def rebuild(variant: str) -> None:
+        write_variant(folder, variant)
+        await anyio.to_thread.run_sync(build, folder)  # a build-cache hit: the variants were built before
+
+    async def until(predicate) -> None:
+        with anyio.fail_after(30):
+            while not predicate():
+                await anyio.sleep(0.05)
+
+    with http_server(live, capsule_home=capsule_home, token_dir=tmp_path) as served:
+        alice, bob = served.add_token("alice"), served.add_token("bob")
+        async with (
+            http_session(served.url, alice, message_handler=counter("alice")) as alice_session,
+            http_session(served.url, bob, message_handler=counter("bob")) as bob_session,
+        ):
+            for session in (alice_session, bob_session):
+                await session.list_resources()
+            await until(lambda: "watching the capsule folders" in served.log())
+
+            await rebuild("v4")  # alice gains a resource; bob's set stays the same
+            await until(lambda: notes["alice"] == 1)
+            assert "astrid://mutable/mine" in [r.uri for r in (await alice_session.list_resources()).resources]
+            assert "astrid://mutable/mine" not in [r.uri for r in (await bob_session.list_resources()).resources]
+
+            await rebuild("v3")  # and loses it again
+            await until(lambda: notes["alice"] == 2)
+    assert notes == {"alice": 2, "bob": 0}

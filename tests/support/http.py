@@ -104,14 +104,14 @@ def _wait_for_banner(process: subprocess.Popen[bytes], stderr_path: Path, timeou
 
 @asynccontextmanager
 async def http_session(
-    url: str, token: str | None, *, headers: dict[str, str] | None = None
+    url: str, token: str | None, *, headers: dict[str, str] | None = None, message_handler=None
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session (2025-11-25, the SDK's default) over streamable HTTP."""
     all_headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     async with (
         httpx2.AsyncClient(headers=all_headers, timeout=30) as http,
         streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
+        ClientSession(read, write, message_handler=message_handler) as session,
     ):
         await session.initialize()
         yield session

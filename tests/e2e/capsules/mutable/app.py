@@ -1,4 +1,7 @@
-"""Its URIs come from uris.txt and its text from body.txt, both baked in at build time."""
+"""Its URIs come from uris.txt and its text from body.txt, both baked in at build time.
+
+A line `URI @NAME` lists URI for principal NAME only.
+"""
 
 import os
 
@@ -21,7 +24,13 @@ def _serve(uri):
     return handler
 
 
-for _uri in URIS:
-    capsule.resource(_uri, mime_type="text/plain")(_serve(_uri))
+def _only(name):
+    return lambda ctx: ctx.principal == name
+
+
+for _line in URIS:
+    _uri, _, _owner = _line.partition(" @")
+    _visible = _only(_owner) if _owner else None
+    capsule.resource(_uri, mime_type="text/plain", visible=_visible)(_serve(_uri))
 
 WitWorld = capsule.world()
