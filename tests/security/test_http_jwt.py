@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
-from tests.support.jwks import AUDIENCE, ISSUER, Issuer, serve_jwks
+from tests.support.jwks import AUDIENCE, ISSUER, Issuer, KeyKind, serve_jwks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -45,7 +45,8 @@ def served(built_introspect, capsule_home, tmp_path, issuer: Issuer):
 
 
 async def test_a_genuine_token_is_served_as_its_subject(served: HttpServer, issuer: Issuer):
-    for kind, subject in (("rsa", "alice"), ("ec", "bob")):
+    kinds: tuple[tuple[KeyKind, str], ...] = (("rsa", "alice"), ("ec", "bob"))
+    for kind, subject in kinds:
         token = issuer.mint(issuer.claims(sub=subject), key=kind)
         with anyio.fail_after(30):
             async with http_session(served.url, token) as session:
