@@ -24,6 +24,9 @@ class Limits:
     read_window_s: float = 2.5
     call_wall_time_s: float = 2.0
     capsule_memory_bytes: int = 64 * MIB
+    templates_per_describe: int = 64
+    templates_per_principal: int = 256
+    completion_values: int = 100  # as MCP's completion/complete
 
 
 DEFAULT_LIMITS = Limits()

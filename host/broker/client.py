@@ -12,20 +12,35 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from astrid.host.bus import Bus, BusError, Participant, Principal
+from astrid.host.contract._base import WireModel
 from astrid.host.contract.frontdoor import (
+    CompletionReply,
+    CompletionRequest,
     ListResourcesReply,
     ListResourcesRequest,
+    ListTemplatesReply,
+    ListTemplatesRequest,
     ReadResourceReply,
     ReadResourceRequest,
 )
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.topics import FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
+from astrid.host.contract.template import Argument, ResourceTemplate
+from astrid.host.contract.topics import (
+    FRONT_DOOR_COMPLETE,
+    FRONT_DOOR_LIST,
+    FRONT_DOOR_READ,
+    FRONT_DOOR_TEMPLATES,
+    reply_topic,
+)
 from astrid.host.errors import BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
+
+Reply = TypeVar("Reply", bound=WireModel)
 
 
 def default_timeout(limits: Limits) -> float:
@@ -77,6 +92,35 @@ class FrontDoorClient:
             return ReadResourceReply.model_validate(data, context={"limits": self.limits})
         except ValidationError as exc:
             raise BrokerUnavailable(f"the broker's read reply is malformed: {exc.error_count()} errors") from None
+
+    def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
+        req_id = uuid.uuid4().hex
+        payload = ListTemplatesRequest(req_id=req_id, refresh=refresh).to_json()
+        data = self._round_trip(FRONT_DOOR_TEMPLATES, req_id, payload)
+        reply = self._validated(ListTemplatesReply, data, "templates")
+        if reply.error is not None:
+            raise BrokerUnavailable(reply.error.message)
+        return list(reply.templates)
+
+    def complete(
+        self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
+    ) -> CompletionReply:
+        """Values for `argument_name` of `uri_template` that start like `argument_value`."""
+        req_id = uuid.uuid4().hex
+        payload = CompletionRequest(
+            req_id=req_id,
+            uri_template=uri_template,
+            argument_name=argument_name,
+            argument_value=argument_value,
+            context_arguments=[Argument(name=name, value=value) for name, value in (context or {}).items()],
+        ).to_json()
+        return self._validated(CompletionReply, self._round_trip(FRONT_DOOR_COMPLETE, req_id, payload), "completion")
+
+    def _validated(self, model: type[Reply], data: object, what: str) -> Reply:
+        try:
+            return model.model_validate(data, context={"limits": self.limits})
+        except ValidationError as exc:
+            raise BrokerUnavailable(f"the broker's {what} reply is malformed: {exc.error_count()} errors") from None
 
     def _round_trip(self, topic: str, req_id: str, payload: str) -> object:
         with self.bus.subscribe(self.participant, reply_topic(req_id), principal_scope=self.principal) as replies:

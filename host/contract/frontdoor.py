@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import WireModel
 from astrid.host.contract.resource import ResourceChunk, ResourceDefinition
+from astrid.host.contract.template import Argument, ResourceTemplate
 
 
 class FailureCode(StrEnum):
@@ -68,4 +69,33 @@ class ReadResourceReply(WireModel):
     req_id: str
     uri: str
     contents: list[ResourceChunk] = []
+    error: FrontDoorFailure | None = None
+
+
+class ListTemplatesRequest(_Request):
+    refresh: bool = False
+
+
+class ListTemplatesReply(WireModel):
+    kind: Literal["resources.templates"] = "resources.templates"
+    req_id: str
+    templates: list[ResourceTemplate] = []
+    error: FrontDoorFailure | None = None
+
+
+class CompletionRequest(_Request):
+    """Complete `argument_name` of `uri_template`, given what was typed so far."""
+
+    uri_template: str
+    argument_name: str
+    argument_value: str
+    context_arguments: list[Argument] = []
+
+
+class CompletionReply(WireModel):
+    kind: Literal["completion.complete"] = "completion.complete"
+    req_id: str
+    values: list[str] = []
+    total: int | None = None
+    has_more: bool = False
     error: FrontDoorFailure | None = None

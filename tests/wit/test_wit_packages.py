@@ -15,6 +15,7 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 EXPECTED_PACKAGES = {
     "astrid-bus:types@1.0.0",
     "astrid-bus:resource@1.0.0",
+    "astrid-bus:resource-template@1.0.0",
     "astrid:ipc@1.0.0",
     "astrid:sys@1.0.0",
     "astrid:guest@1.0.0",

@@ -26,6 +26,13 @@ from astrid.host.contract import (
     TextChunk,
 )
 from astrid.host.contract._base import WitType
+from astrid.host.contract.template import (
+    Argument,
+    CompleteRequest,
+    CompleteResponse,
+    ResourceTemplate,
+    TemplatesResponse,
+)
 from astrid.host.toolpaths import wasm_tools
 from astrid.wit import WIT_DIR
 
@@ -38,6 +45,11 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
     "describe-response": DescribeResponse,
     "read-request": ReadRequest,
     "read-response": ReadResponse,
+    "resource-template": ResourceTemplate,
+    "templates-response": TemplatesResponse,
+    "argument": Argument,
+    "complete-request": CompleteRequest,
+    "complete-response": CompleteResponse,
 }
 # Fields the JSON encoding adds that are not WIT record fields.
 VARIANT_TAG = "type"
@@ -143,7 +155,9 @@ def test_resource_contents_variant_cases_match_the_chunk_tags(wit: dict[str, Any
 
 
 def test_every_contract_record_has_a_model(wit: dict[str, Any]) -> None:
-    contract_interfaces = {i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in ("types", "resource")}
+    contract_interfaces = {
+        i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in ("types", "resource", "resource-template")
+    }
     records = {
         t["name"]
         for t in wit["types"]
