@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 CAPSULE_DIR := capsules
 TS_CLIENT := tests/e2e/ts_client
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
+CONFORMANCE := tests/e2e/conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
 
 .PHONY: serve test test-fast lint bench soak build-capsules clean
 
@@ -27,6 +29,14 @@ $(TS_STAMP): $(TS_CLIENT)/package-lock.json
 	@cd $(TS_CLIENT) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(TS_STAMP)
 
+# The official MCP conformance suite (0.1.16 and 0.2.0-alpha.12) and the Node.js 22
+# it runs on, both npm packages installed into $(CONFORMANCE): nothing system-wide.
+$(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the MCP conformance suite)" 1>&2; exit 1; }
+	@echo "installing the MCP conformance suite and Node.js 22 into $(CONFORMANCE) ..." 1>&2
+	@cd $(CONFORMANCE) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
+	@touch $(CONFORMANCE_STAMP)
+
 build-capsules: $(STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs 1>&2
@@ -36,7 +46,7 @@ build-capsules: $(STAMP)
 serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs
 
-test: lint $(TS_STAMP)
+test: lint $(TS_STAMP) $(CONFORMANCE_STAMP)
 	$(BIN)/python -m pytest -q
 
 # ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
@@ -58,4 +68,4 @@ soak: build-capsules
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules
+	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules $(CONFORMANCE)/node_modules
