@@ -4,7 +4,7 @@ Runs inside the WebAssembly guest (CPython 3.14 built by componentize-py with
 no WASI), so it uses the stdlib only and never the clock, files, randomness
 or stdout: use `ctx.clock_ms()` and `ctx.log()` instead.
 
-    from astrid_sdk import Capsule
+    from astrid_sdk import Capsule, NotFound
 
     capsule = Capsule("docs")
 
@@ -16,12 +16,23 @@ or stdout: use `ctx.clock_ms()` and `ctx.log()` instead.
     def note(ctx, uri):
         return "note " + ctx.key
 
+    @capsule.template("astrid://files/{+path}", name="file", mime_type="text/plain")
+    def file(ctx):  # never sees a `..` segment, `?`, `#` or a control character
+        if ctx.params["path"] not in FILES:
+            raise NotFound(ctx.uri)
+        return FILES[ctx.params["path"]]
+
+    @file.complete("path")
+    def file_paths(ctx, prefix):
+        return sorted(FILES)  # the SDK keeps those starting with prefix, at most 100
+
     WitWorld = capsule.world()
 """
 
-from astrid_sdk._capsule import Capsule, Context, Family
+from astrid_sdk._capsule import Capsule, Context, Family, Template
 from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
-from astrid_sdk._wire import Annotations, Chunk, Icon, Resource, blob, text
+from astrid_sdk._template import UriTemplate
+from astrid_sdk._wire import Annotations, Chunk, Icon, Resource, ResourceTemplate, blob, text
 
 __version__ = "1.0.0"
 
@@ -37,6 +48,9 @@ __all__ = [
     "NotFound",
     "RequestError",
     "Resource",
+    "ResourceTemplate",
+    "Template",
+    "UriTemplate",
     "blob",
     "text",
 ]

@@ -1,13 +1,21 @@
 """`Capsule`: resources declared with decorators, served over the bus.
 
 The host calls `astrid-hook-trigger(handler, payload)` with the handler name
-bound in `Capsule.toml`: "describe" for `resource.v1.request.describe` and
-"read" for `resource.v1.request.read`. The SDK answers by publishing:
+bound in `Capsule.toml`: "describe" for `resource.v1.request.describe`,
+"read" for `resource.v1.request.read`, and for templates (docs/contract.md
+§9) "templates" for `resource.v1.request.templates` and "complete" for
+`resource.v1.request.complete`. The SDK answers by publishing:
 
 - describe: a describe-response on `resource.v1.response.describe.<name>`,
   listing what the calling principal sees;
 - read: for a URI this capsule owns, a read-response on
   `resource.v1.response.read.<correlation_id>`; for any other URI, nothing.
+  A static resource owns its URI, then a family its flat keys, then the
+  matching template with the longest literal prefix;
+- templates: a templates-response on `resource.v1.response.templates.<name>`,
+  listing the templates the calling principal sees;
+- complete: for one of this capsule's templates, a complete-response on
+  `resource.v1.response.complete.<correlation_id>`; for any other, nothing.
 
 The principal comes only from `get-caller()`; anything but a `verified`
 principal fails closed before user code runs. Nothing a handler does (raise,
@@ -18,15 +26,21 @@ error naming the cause, and the instance keeps serving.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from astrid_sdk import _wire
 from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
-from astrid_sdk._wire import Resource, check_uri, clean_segment, dumps, is_clean_segment
+from astrid_sdk._wire import Resource, ResourceTemplate, check_uri, clean_segment, dumps, is_clean_segment
 
 DESCRIBE_HANDLER = "describe"
 READ_HANDLER = "read"
+TEMPLATES_HANDLER = "templates"
+COMPLETE_HANDLER = "complete"
+SDK_HANDLERS = (DESCRIBE_HANDLER, READ_HANDLER, TEMPLATES_HANDLER, COMPLETE_HANDLER)
 DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
 READ_REPLY_PREFIX = "resource.v1.response.read."
+TEMPLATES_REPLY_PREFIX = "resource.v1.response.templates."
+COMPLETE_REPLY_PREFIX = "resource.v1.response.complete."
 NOT_VERIFIED = "principal not verified"
 REQUEST_TIMEOUT_MS = 1000  # well inside the 2 s call budget and the 2.5 s read window
 MAX_ERROR_CHARS = 1000
@@ -43,8 +57,11 @@ class Context:
         self.source_id: str = caller.source_id  # who sent the request (e.g. the broker)
         self.timestamp: str = caller.timestamp
         self.capsule: str = capsule.name
-        self.uri = uri  # the URI being read (None in describe)
+        self.uri = uri  # the URI being read (None in describe and completion)
         self.key = key  # the part of `uri` after a family's prefix
+        self.template: str | None = None  # the uri template being read or completed
+        self.params: dict[str, str] = {}  # a template read: the URI's decoded variables
+        self.arguments: dict[str, str] = {}  # a completion: the template's variables already given
 
     def config(self, key: str) -> str | None:
         """A `[config]` value from Capsule.toml as a string, or None when not set."""
@@ -168,6 +185,59 @@ class Family:
         raise DefinitionError(f"a family member must be Resource or str, not {type(item).__name__}")
 
 
+class Template:
+    """A URI template (`resource-template`): reads of matching URIs, and completion of its variables.
+
+    The handler gets `ctx.params` (the URI's variables, percent-decoded and
+    checked: see `UriTemplate`) and `ctx.uri`. A URI that breaks the rules
+    never reaches it.
+    """
+
+    def __init__(self, definition: ResourceTemplate, handler, visible=None) -> None:
+        if not callable(handler):
+            raise DefinitionError(f"the handler of {definition.uri_template} is not callable")
+        if visible is not None and not callable(visible):
+            raise DefinitionError(f"visible= of {definition.uri_template} must be a function of ctx")
+        self.definition = definition
+        self.uri_template = definition.uri_template
+        self.parsed = definition.parsed
+        self.handler = handler
+        self.visible = visible
+        self._completers: dict[str, Callable[..., object]] = {}
+
+    def __call__(self, ctx):
+        return self.handler(ctx)
+
+    def complete(self, variable: str):
+        """Decorate `function(ctx, prefix) -> list[str]` completing `variable`.
+
+        `ctx.arguments` holds the template's variables already given. The SDK
+        keeps the strings that start with `prefix`, drops duplicates and
+        sends at most 100 (with `total` and `has_more`).
+        """
+        if variable not in self.parsed.names:
+            raise DefinitionError(f"{self.uri_template} has no variable {variable!r} to complete")
+        if variable in self._completers:
+            raise DefinitionError(f"{variable!r} of {self.uri_template} has two completers")
+
+        def decorate(function):
+            if not callable(function):
+                raise DefinitionError(f"the completer of {variable!r} is not callable")
+            self._completers[variable] = function
+            return function
+
+        return decorate
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        """The decoded variables of `uri` when this template serves it, else None."""
+        if not isinstance(uri, str) or len(uri.encode("utf-8", "surrogatepass")) > _wire.MAX_URI_BYTES:
+            return None
+        return self.parsed.match(uri)
+
+    def __repr__(self) -> str:
+        return f"Template({self.uri_template!r})"
+
+
 def _flat_key(key: str) -> bool:
     if not key or "/" in key or "\\" in key:
         return False
@@ -212,6 +282,55 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+def _complete_request(request: dict | None):
+    """(uri_template, argument_name, argument_value, context arguments, correlation_id), or None when malformed."""
+    if request is None:
+        return None
+    fields = [request.get(key) for key in ("uri_template", "argument_name", "argument_value", "correlation_id")]
+    if not all(isinstance(value, str) for value in fields) or not is_clean_segment(fields[3]):
+        return None
+    given = request.get("context_arguments", [])
+    if given is None:
+        given = []
+    if not isinstance(given, list):
+        return None
+    arguments: dict[str, str] = {}
+    for argument in given:
+        if not isinstance(argument, dict):
+            return None
+        name, value = argument.get("name"), argument.get("value")
+        if not isinstance(name, str) or not isinstance(value, str):
+            return None
+        arguments[name] = value
+    return fields[0], fields[1], fields[2], arguments, fields[3]
+
+
+def _completion_values(returned, prefix: str) -> list[str]:
+    """What a completer returned: its distinct strings that start with `prefix`, in order.
+
+    DefinitionError (starting "returned ...") when it is not a list of strings.
+    """
+    if returned is None or isinstance(returned, (str, bytes, bytearray, memoryview, dict)):
+        raise DefinitionError(f"returned {type(returned).__name__}; return a list of strings")
+    try:
+        items = iter(returned)
+    except TypeError:
+        raise DefinitionError(f"returned {type(returned).__name__}; return a list of strings") from None
+    values: list[str] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise DefinitionError(f"returned a {type(item).__name__} as item {index}; values must be strings")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DefinitionError(f"returned item {index}, which is not valid UTF-8 (a lone surrogate)") from None
+        if item.startswith(prefix) and item not in seen:
+            seen.add(item)
+            values.append(item)
+    return values
+
+
 class Capsule:
     """A resource-serving capsule: declare resources, then `WitWorld = capsule.world()`."""
 
@@ -222,6 +341,8 @@ class Capsule:
         self.reply_suffix = clean_segment(name)
         self._static: dict[str, _Static] = {}
         self._families: list[Family] = []
+        self._templates: list[Template] = []  # in declaration order (templates lists them so)
+        self._by_prefix: list[Template] = []  # longest literal prefix first, then declaration order
         self._handlers: dict[str, object] = {}
         self._counter = 0
 
@@ -282,6 +403,50 @@ class Capsule:
 
         return decorate
 
+    def template(
+        self,
+        uri_template: str,
+        name: str | None = None,
+        *,
+        title=None,
+        description=None,
+        mime_type=None,
+        annotations=None,
+        icons=(),
+        meta=None,
+        visible=None,
+    ):
+        """Decorate `handler(ctx)` serving every URI that matches `uri_template`.
+
+        `{var}` is one path segment, `{+var}` may span `/` (never a `.` or
+        `..` segment); the handler reads the decoded values in `ctx.params`.
+        Returns a `Template`; complete a variable with `@template.complete("var")`.
+        Raise `NotFound` for a URI that does not exist. `visible(ctx) -> bool`
+        hides the template from some principals: not listed, reads and
+        completions unanswered.
+        """
+
+        def decorate(handler) -> Template:
+            definition = ResourceTemplate(
+                uri_template,
+                name if name is not None else getattr(handler, "__name__", uri_template),
+                title=title,
+                description=description,
+                mime_type=mime_type,
+                annotations=annotations,
+                icons=icons,
+                meta=meta,
+            )
+            if any(t.uri_template == definition.uri_template for t in self._templates):
+                raise DefinitionError(f"{definition.uri_template} is declared twice")
+            template = Template(definition, handler, visible)
+            self._templates.append(template)
+            # sorted() is stable: equal prefixes keep declaration order
+            self._by_prefix = sorted(self._templates, key=lambda t: len(t.parsed.literal_prefix), reverse=True)
+            return template
+
+        return decorate
+
     def on(self, handler_name: str):
         """Decorate `function(ctx, payload: bytes)` run for another handler bound in Capsule.toml.
 
@@ -289,7 +454,7 @@ class Capsule:
         """
 
         def decorate(function):
-            if handler_name in (DESCRIBE_HANDLER, READ_HANDLER):
+            if handler_name in SDK_HANDLERS:
                 raise DefinitionError(f"handler {handler_name!r} is served by the SDK itself")
             self._handlers[handler_name] = function
             return function
@@ -327,10 +492,15 @@ class Capsule:
                 return self._describe(host)
             if action == READ_HANDLER:
                 return self._read(payload, host)
+            if action == TEMPLATES_HANDLER:
+                return self._list_templates(host)
+            if action == COMPLETE_HANDLER:
+                return self._complete(payload, host)
             custom = self._handlers.get(action)
             if custom is not None:
                 return self._custom(custom, payload, host)
-            self._log(host, "warn", f"no handler named {action!r} (bind describe, read or a @capsule.on name)")
+            bound = ", ".join(SDK_HANDLERS)
+            self._log(host, "warn", f"no handler named {action!r} (bind {bound} or a @capsule.on name)")
             return "continue", f"unknown handler {action}"
         except BaseException as exc:
             text = _describe_exception(exc)
@@ -392,7 +562,12 @@ class Capsule:
         return "final", f"{len(listed)} resources"
 
     def _route(self, uri: str):
-        """(handler kind, target, key) for a URI this capsule serves, else None."""
+        """(handler kind, target, key) for a URI this capsule serves, else None.
+
+        A static resource first, then a family, then the templates that match
+        (as a list of (template, params), longest literal prefix first: which
+        one serves depends on what the caller may see).
+        """
         static = self._static.get(uri)
         if static is not None:
             return "static", static, None
@@ -400,16 +575,41 @@ class Capsule:
             key = family.key_of(uri)
             if key is not None:
                 return "family", family, key
+        matches = []
+        for template in self._by_prefix:
+            params = template.match(uri)
+            if params is not None:
+                matches.append((template, params))
+        if matches:
+            return "template", matches, None
         return None
 
-    def _read(self, payload, host) -> tuple[str, str | None]:
+    def _visible(self, host, target, ctx: Context, what: str) -> bool:
+        """`target.visible(ctx)`, failing closed: an exception hides it (and is logged)."""
+        if target.visible is None:
+            return True
+        try:
+            return bool(target.visible(ctx))
+        except Exception as exc:
+            self._log(host, "error", f"{what}: visible() raised {_describe_exception(exc)}; hidden")
+            return False
+
+    @staticmethod
+    def _request(payload) -> dict | None:
+        """The request payload as a JSON object, or None."""
         try:
             request = json.loads(payload.decode("utf-8") if isinstance(payload, (bytes, bytearray)) else payload)
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            self._log(host, "warn", "read: the request is not JSON; ignored")
+        except (ValueError, UnicodeDecodeError, AttributeError, TypeError, RecursionError):
+            return None
+        return request if isinstance(request, dict) else None
+
+    def _read(self, payload, host) -> tuple[str, str | None]:
+        request = self._request(payload)
+        if request is None:
+            self._log(host, "warn", "read: the request is not a JSON object; ignored")
             return "continue", "bad request"
-        uri = request.get("uri") if isinstance(request, dict) else None
-        correlation_id = request.get("correlation_id") if isinstance(request, dict) else None
+        uri = request.get("uri")
+        correlation_id = request.get("correlation_id")
         if not isinstance(uri, str) or not isinstance(correlation_id, str) or not is_clean_segment(correlation_id):
             self._log(host, "warn", "read: the request lacks a uri or a clean correlation_id; ignored")
             return "continue", "bad request"
@@ -424,15 +624,26 @@ class Capsule:
             return self._reply(host, topic, _wire.read_response(uri, error=NOT_VERIFIED), "deny")
         kind, target, key = route
         ctx = Context(self, host, caller, uri, key)
+        if kind == "template":
+            chosen = next(
+                ((t, params) for t, params in target if self._visible(host, t, ctx, f"read {t.uri_template}")), None
+            )
+            if chosen is None:
+                return "continue", "not visible"
+            target, ctx.params = chosen
+            ctx.template = target.uri_template
         try:
             if kind == "static":
                 if target.visible is not None and not target.visible(ctx):
                     return "continue", "not visible"
                 mime_type = target.definition.mime_type
                 value = target.handler(ctx)
-            else:
+            elif kind == "family":
                 mime_type = target.mime_type
                 value = target.handler(ctx, uri)
+            else:
+                mime_type = target.definition.mime_type
+                value = target.handler(ctx)
             chunks = _wire.to_chunks(value, mime_type)
             _wire.check_read_limits(chunks)
         except NotFound:
@@ -476,6 +687,87 @@ class Capsule:
             self._log(host, "error", f"cannot publish on {topic}: {exc}")
             return "error", _short(str(exc))
         return outcome, reply.get("error")
+
+    # -- templates and completion (docs/contract.md §9) -------------------------
+
+    def _list_templates(self, host) -> tuple[str, str | None]:
+        caller = self._verified(host)
+        if caller is None:
+            return "deny", NOT_VERIFIED
+        ctx = Context(self, host, caller)
+        listed = [t.definition for t in self._templates if self._visible(host, t, ctx, f"templates {t.uri_template}")]
+        if len(listed) > _wire.MAX_TEMPLATES_PER_DESCRIBE:
+            self._log(
+                host,
+                "warn",
+                f"templates: {len(listed)} templates, only the first {_wire.MAX_TEMPLATES_PER_DESCRIBE} are listed",
+            )
+            del listed[_wire.MAX_TEMPLATES_PER_DESCRIBE :]
+        body = dumps(_wire.templates_response(listed))
+        while _wire.utf8_len(body) > _wire.MAX_MESSAGE_BYTES and listed:
+            drop = max(1, len(listed) // 10)
+            self._log(host, "warn", f"templates: reply over 1 MiB, dropping the last {drop} templates")
+            del listed[-drop:]
+            body = dumps(_wire.templates_response(listed))
+        host.publish(TEMPLATES_REPLY_PREFIX + self.reply_suffix, body)
+        return "final", f"{len(listed)} templates"
+
+    def _template_named(self, uri_template: str) -> Template | None:
+        for template in self._templates:
+            if template.uri_template == uri_template:
+                return template
+        return None
+
+    def _complete(self, payload, host) -> tuple[str, str | None]:
+        request = _complete_request(self._request(payload))
+        if request is None:
+            self._log(host, "warn", "complete: the request is not a complete-request with a clean correlation_id")
+            return "continue", "bad request"
+        uri_template, argument_name, argument_value, arguments, correlation_id = request
+        template = self._template_named(uri_template)
+        if template is None:
+            return "continue", "not mine"
+        topic = COMPLETE_REPLY_PREFIX + correlation_id
+        if _wire.utf8_len(topic) > _wire.MAX_TOPIC_BYTES:
+            return "continue", "correlation_id too long"
+        caller = self._verified(host)
+        if caller is None:
+            return self._reply(host, topic, _wire.complete_response(error=NOT_VERIFIED), "deny")
+        ctx = Context(self, host, caller)
+        ctx.template = uri_template
+        ctx.arguments = arguments
+        if not self._visible(host, template, ctx, f"complete {uri_template}"):
+            return "continue", "not visible"
+        if argument_name not in template.parsed.names:
+            return self._complete_failed(host, topic, f"{uri_template} has no variable {argument_name!r}")
+        completer = template._completers.get(argument_name)
+        if completer is None:
+            return self._reply(host, topic, _wire.complete_response((), total=0), "final")
+        name = getattr(completer, "__name__", "completer")
+        try:
+            values = _completion_values(completer(ctx, argument_value), argument_value)
+        except DefinitionError as exc:
+            return self._complete_failed(host, topic, f"completer {name} {exc}")
+        except Exception as exc:
+            return self._complete_failed(host, topic, f"completer {name} raised {_describe_exception(exc)}")
+        total = len(values)
+        limit = _wire.MAX_COMPLETION_VALUES
+        body = dumps(_wire.complete_response(values[:limit], total=total, has_more=total > limit))
+        size = _wire.utf8_len(body)
+        if size > _wire.MAX_MESSAGE_BYTES:
+            return self._complete_failed(
+                host, topic, f"completer {name}: the reply is {size} bytes of JSON, over the 1 MiB bus message limit"
+            )
+        try:
+            host.publish(topic, body)
+        except HostError as exc:
+            return self._complete_failed(host, topic, f"the host refused the reply: {exc}")
+        return "final", None
+
+    def _complete_failed(self, host, topic: str, error: str) -> tuple[str, str | None]:
+        error = _short(error)
+        self._log(host, "error", f"complete: {error}")
+        return self._reply(host, topic, _wire.complete_response(error=error), "error")
 
     def _custom(self, function, payload, host) -> tuple[str, str | None]:
         caller = self._verified(host)

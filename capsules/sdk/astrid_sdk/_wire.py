@@ -17,6 +17,7 @@ import math
 import re
 
 from astrid_sdk._errors import DefinitionError
+from astrid_sdk._template import UriTemplate
 
 # docs/contract.md §7 defaults; the SDK enforces them on its own output so an over-limit
 # reply becomes a read error (or a logged drop in describe), never a message
@@ -33,6 +34,8 @@ MAX_CHUNKS_PER_READ = 64
 MAX_BYTES_PER_READ = 700 * KIB
 MAX_MESSAGE_BYTES = 1 * MIB
 MAX_TOPIC_BYTES = 256
+MAX_TEMPLATES_PER_DESCRIBE = 64  # templates per templates-response
+MAX_COMPLETION_VALUES = 100  # values per complete-response (as MCP's completion/complete)
 
 ROLES = ("user", "assistant")
 THEMES = ("light", "dark")
@@ -227,6 +230,53 @@ class Resource:
         return f"Resource({self.uri!r}, name={self.name!r})"
 
 
+class ResourceTemplate:
+    """One template (`resource-template`, MCP `ResourceTemplate`), validated on construction."""
+
+    __slots__ = ("uri_template", "parsed", "name", "title", "description", "mime_type", "annotations", "icons", "meta")
+
+    def __init__(
+        self,
+        uri_template,
+        name=None,
+        *,
+        title=None,
+        description=None,
+        mime_type=None,
+        annotations=None,
+        icons=(),
+        meta=None,
+    ):
+        self.uri_template = _check_text(uri_template, "uri_template", MAX_URI_BYTES)
+        self.parsed = UriTemplate.parse(self.uri_template)
+        self.name = _check_text(name if name is not None else uri_template, "name", MAX_URI_BYTES)
+        self.title = _opt_text(title, "title", MAX_TITLE_BYTES)
+        self.description = _opt_text(description, "description", MAX_DESCRIPTION_BYTES)
+        self.mime_type = _opt_text(mime_type, "mime_type", 256)
+        self.annotations = Annotations.coerce(annotations)
+        icons = [Icon.coerce(icon) for icon in icons or ()]
+        if len(icons) > MAX_ICONS:
+            raise DefinitionError(f"{len(icons)} icons, over the limit of {MAX_ICONS}")
+        self.icons = tuple(icons)
+        self.meta = meta_json(meta)
+
+    def to_wire(self) -> dict:
+        wire: dict = {"uri_template": self.uri_template, "name": self.name}
+        for key in ("title", "description", "mime_type"):
+            value = getattr(self, key)
+            if value is not None:
+                wire[key] = value
+        if self.annotations is not None:
+            wire["annotations"] = self.annotations.to_wire()
+        wire["icons"] = [icon.to_wire() for icon in self.icons]
+        if self.meta is not None:
+            wire["meta"] = self.meta
+        return wire
+
+    def __repr__(self) -> str:
+        return f"ResourceTemplate({self.uri_template!r}, name={self.name!r})"
+
+
 def check_uri(uri: object) -> str:
     uri = _check_text(uri, "uri", MAX_URI_BYTES)
     if not uri:
@@ -369,3 +419,18 @@ def read_response_json(uri: str, chunks) -> str:
 
 def describe_response(resources) -> dict:
     return {"resources": [resource.to_wire() for resource in resources]}
+
+
+def templates_response(templates) -> dict:
+    return {"templates": [template.to_wire() for template in templates]}
+
+
+def complete_response(values=(), total=None, has_more=False, error=None) -> dict:
+    """The `complete-response` record as a JSON-ready dict (no values when `error` is set)."""
+    wire: dict = {"values": [] if error is not None else list(values)}
+    if total is not None and error is None:
+        wire["total"] = total
+    wire["has_more"] = bool(has_more) and error is None
+    if error is not None:
+        wire["error"] = error
+    return wire
