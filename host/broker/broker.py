@@ -4,9 +4,31 @@ It knows the resource contract and nothing about MCP or wasm:
 
 - a principal's resources come from a describe fan-out (scatter-gather),
   merged by `describe.merge_round` and cached per principal (`cache`);
-- a read is a broadcast with self-filter (`read_round`), served by the URI's
-  listed owner only; a snapshot that did not know the URI, is stale or names
-  an owner that is gone is re-described once.
+- a principal's resource templates come from a second fan-out of the same
+  shape, merged by `templates.merge_templates` and cached beside the
+  describe snapshot (the same events invalidate both, and a forced describe
+  marks the templates stale too);
+- a read is a broadcast with self-filter (`read_round`); a snapshot that did
+  not know the URI, is stale or names an owner that is gone is re-described
+  once;
+- a completion (`complete`) is a broadcast that only the template's owner
+  may answer (`complete.check_complete_reply`).
+
+Who serves a read (docs/contract.md §9.3), decided before the broadcast and
+in this order, the same for every principal and every arrival order:
+
+1. a listed URI: its listed owner (the describe snapshot's `uri -> source-id`),
+   always; templates are not even fetched;
+2. else the owner of the matching template with the longest literal prefix
+   (ties: the lexicographically first source-id), and that owner only: as
+   for a listed owner, another capsule's answer is refused. A template
+   claiming a whole scheme (`astrid://{+all}`) therefore never takes a URI
+   another capsule lists, nor one a more specific template covers;
+3. else the 1.0 rule: every capsule hears the read and the lexicographically
+   first source-id among those that answer wins.
+
+The templates snapshot is fetched only when a URI is not listed (and then
+once per capsule-set generation: it is cached).
 
 Its front doors (`frontdoor.FrontDoors`) answer front-door clients over the
 bus. Ending a drain early relies on the bus's `Delivery`: `wait()` returns
@@ -20,26 +42,34 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from astrid.host.broker.cache import Snapshot, SnapshotCache
+from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
+from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
 from astrid.host.broker.describe import RoundResult, merge_round
 from astrid.host.broker.frontdoor import FrontDoors
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import DRAIN_BATCH, ReadStatus, drain, owner_silent, resolve
+from astrid.host.broker.templates import TemplatesResult, merge_templates
 from astrid.host.bus import Binding, Bus, Message, Participant, Principal
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.frontdoor import FailureCode
 from astrid.host.contract.resource import ReadRequest, ResourceDefinition
+from astrid.host.contract.template import Argument, CompleteRequest, ResourceTemplate
 from astrid.host.contract.topics import (
     BROKER,
     CAPSULES_LOADED_TOPIC,
+    COMPLETE_REPLY_PREFIX,
+    COMPLETE_TOPIC,
     DESCRIBE_REPLIES,
     DESCRIBE_TOPIC,
     READ_REPLY_PREFIX,
     READ_REQUEST_TOPIC,
+    TEMPLATES_REPLIES,
+    TEMPLATES_TOPIC,
 )
+from astrid.host.contract.uri_template import UriTemplate
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger("astrid.host.broker")
@@ -50,7 +80,9 @@ MessageHandler = Callable[[Message], None]
 @dataclass
 class BrokerStats:
     describe_rounds: int = 0
+    templates_rounds: int = 0
     reads: int = 0
+    completions: int = 0
     last_round_s: float = 0.0
     last_read_s: float = 0.0
     round_seconds: list[float] = field(default_factory=list)
@@ -127,6 +159,10 @@ class Broker:
             hit = self.cache.fresh(principal)
             if hit is not None:
                 return hit
+        else:
+            # The same refresh for both: whoever forces a new describe round
+            # gets new templates too (on their next use).
+            self.cache.mark_templates_stale(principal)
         with self.cache.round_lock(principal):
             if not refresh:
                 hit = self.cache.fresh(principal)  # another caller's round just finished
@@ -158,16 +194,20 @@ class Broker:
         self.cache.store(principal, snapshot)
         return snapshot
 
-    def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
-        window = self.limits.describe_window_s
-        started = time.perf_counter()
+    def _fan_out(self, principal: Principal, topic: str, replies_pattern: str) -> tuple[list[Message], int, bool]:
+        """Publish `{}` on `topic` as `principal` and drain the replies: (replies, receivers, all finished)."""
         # Subscribe before publishing: the bus is not durable.
-        with self.bus.subscribe(self.participant, DESCRIBE_REPLIES, principal_scope=principal) as replies:
-            delivery = self.bus.publish(self.participant, DESCRIBE_TOPIC, "{}", principal)
-            finished = delivery.wait(window)
+        with self.bus.subscribe(self.participant, replies_pattern, principal_scope=principal) as replies:
+            delivery = self.bus.publish(self.participant, topic, "{}", principal)
+            finished = delivery.wait(self.limits.describe_window_s)
             messages: list[Message] = []
             while batch := replies.poll(DRAIN_BATCH):
                 messages.extend(batch)
+        return messages, delivery.receivers, finished
+
+    def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
+        started = time.perf_counter()
+        messages, receivers, finished = self._fan_out(principal, DESCRIBE_TOPIC, DESCRIBE_REPLIES)
         result = merge_round(principal, messages, self.limits)
         elapsed = time.perf_counter() - started
         self.stats.describe_rounds += 1
@@ -178,13 +218,14 @@ class Broker:
             principal,
             len(result.resources),
             len(result.replied),
-            delivery.receivers,
+            receivers,
             elapsed * 1000,
-            "" if finished else f" (window of {window:g} s ended first)",
+            "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
         )
-        return result, delivery.receivers
+        return result, receivers
 
     def invalidate(self, principal: Principal | None = None) -> None:
+        """A capsule-set change: the describe and templates snapshots go stale together."""
         self.cache.invalidate(principal)
 
     def _on_capsules_loaded(self, message: Message) -> None:
@@ -204,6 +245,68 @@ class Broker:
             self.invalidate(None)
         for name in names:
             self.invalidate(Principal.verified(name))
+
+    # -- templates -------------------------------------------------------------------
+
+    def templates(self, principal: Principal, *, refresh: bool = False) -> tuple[ResourceTemplate, ...]:
+        """The principal's resource templates, sorted by uri_template (empty for anyone not verified)."""
+        if not principal.is_verified:
+            log.info("templates for %s answered empty: only a verified principal has templates", principal)
+            return ()
+        return self.template_snapshot(principal, refresh=refresh).templates
+
+    def template_snapshot(self, principal: Principal, *, refresh: bool = False) -> TemplateSnapshot:
+        if not principal.is_verified:
+            return TemplateSnapshot(())
+        if not refresh:
+            hit = self.cache.fresh_templates(principal)
+            if hit is not None:
+                return hit
+        with self.cache.round_lock(principal, "templates"):
+            if not refresh:
+                hit = self.cache.fresh_templates(principal)  # another caller's round just finished
+                if hit is not None:
+                    return hit
+            return self._templates(principal)
+
+    def _templates(self, principal: Principal) -> TemplateSnapshot:
+        generation = self.cache.generation(principal)
+        result, receivers = self._templates_round(principal)
+        if result.empty_round and receivers > 0:
+            # As for describe: a lost race must not wipe a good snapshot.
+            previous = self.cache.get_templates(principal)
+            if previous is not None:
+                log.info(
+                    "templates round for %s got no reply from %d receivers; "
+                    "keeping the previous snapshot (%d templates)",
+                    principal,
+                    receivers,
+                    len(previous.templates),
+                )
+                self.cache.mark_templates_stale(principal)
+                return previous
+            snapshot = TemplateSnapshot((), {}, stale=True, generation=generation)
+            self.cache.store_templates(principal, snapshot)
+            return snapshot
+        snapshot = TemplateSnapshot(tuple(result.templates), dict(result.owners), stale=False, generation=generation)
+        self.cache.store_templates(principal, snapshot)
+        return snapshot
+
+    def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
+        started = time.perf_counter()
+        messages, receivers, finished = self._fan_out(principal, TEMPLATES_TOPIC, TEMPLATES_REPLIES)
+        result = merge_templates(principal, messages, self.limits)
+        self.stats.templates_rounds += 1
+        log.info(
+            "templates for %s: %d templates from %d/%d capsules in %.1f ms%s",
+            principal,
+            len(result.templates),
+            len(result.replied),
+            receivers,
+            (time.perf_counter() - started) * 1000,
+            "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
+        )
+        return result, receivers
 
     # -- read ------------------------------------------------------------------------
 
@@ -234,32 +337,175 @@ class Broker:
             # The principal's first read: learn who lists what first, so a
             # listed URI is served by its listed owner and nobody else.
             snapshot = self.snapshot(principal)
-        preferred = snapshot.owner_of(uri)
-        outcome, status = self._read_once(principal, uri, preferred)
+        route = self._route(principal, snapshot, uri)
+        outcome, status = self._read_once(principal, uri, route)
         if status in (ReadStatus.ANSWERED, ReadStatus.TIMED_OUT, ReadStatus.REFUSED):
             return outcome
-        if status is ReadStatus.NO_REPLY and preferred is not None and not snapshot.stale:
-            return owner_silent(uri, preferred)
+        if status is ReadStatus.NO_REPLY and route.owner is not None and not route.stale:
+            return owner_silent(uri, route.owner, via_template=route.via_template)
 
         # The snapshot did not know the uri, is stale, or names an owner that
         # is no longer loaded (a capsule rebuilt under a read): the capsule set
-        # moved on. Re-describe once and retry with whoever lists it now.
+        # moved on. Re-describe once (which refreshes the templates too) and
+        # retry with whoever lists it, or whose template covers it, now.
         snapshot = self.snapshot(principal, refresh=True)
-        owner = snapshot.owner_of(uri)
-        if owner is None:
+        route = self._route(principal, snapshot, uri)
+        if route.owner is None:
             return ReadOutcome.fail(FailureCode.NOT_FOUND, f"no capsule serves {uri}")
-        outcome, status = self._read_once(principal, uri, owner)
-        return owner_silent(uri, owner) if status is ReadStatus.NO_REPLY else outcome
+        outcome, status = self._read_once(principal, uri, route)
+        if status is ReadStatus.NO_REPLY:
+            return owner_silent(uri, route.owner, via_template=route.via_template)
+        return outcome
 
-    def _read_once(self, principal: Principal, uri: str, preferred: str | None) -> tuple[ReadOutcome, ReadStatus]:
-        """One read broadcast; `preferred` is the listed owner, if any."""
+    def _route(self, principal: Principal, snapshot: Snapshot, uri: str) -> _Route:
+        """Who serves `uri` (the precedence in the module docstring)."""
+        listed = snapshot.owner_of(uri)
+        if listed is not None:
+            return _Route(listed, via_template=False, stale=snapshot.stale)
+        templates = self.template_snapshot(principal)
+        match = templates.route(uri)
+        if match is not None:
+            log.debug("read of %s for %s routed to %s by template %s", uri, principal, match.owner, match.template.text)
+            return _Route(match.owner, via_template=True, stale=snapshot.stale or templates.stale)
+        return _Route(None, via_template=False, stale=snapshot.stale or templates.stale)
+
+    def _read_once(self, principal: Principal, uri: str, route: _Route) -> tuple[ReadOutcome, ReadStatus]:
+        """One read broadcast; `route.owner` is the listed (or template) owner, if any."""
+        preferred = route.owner
         correlation = uuid.uuid4().hex
         request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
         window = self.limits.read_window_s
         with self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal) as sub:
             delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal)
             if preferred is not None and preferred not in delivery.reached:
-                gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule that listed {uri} is no longer loaded")
+                what = "whose template covers" if route.via_template else "that listed"
+                gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule {what} {uri} is no longer loaded")
                 return gone, ReadStatus.OWNER_GONE
             drained = drain(sub, delivery, principal=principal, uri=uri, preferred=preferred, window_s=window)
-        return resolve(drained, principal=principal, uri=uri, preferred=preferred, window_s=window, limits=self.limits)
+        return resolve(
+            drained,
+            principal=principal,
+            uri=uri,
+            preferred=preferred,
+            window_s=window,
+            limits=self.limits,
+            via_template=route.via_template,
+        )
+
+    # -- completion ------------------------------------------------------------------
+
+    def complete(
+        self,
+        principal: Principal,
+        uri_template: str,
+        argument_name: str,
+        argument_value: str,
+        context: Mapping[str, str] | None = None,
+    ) -> CompletionOutcome:
+        """Values for variable `argument_name` of `uri_template`, from the template's owner only."""
+        started = time.perf_counter()
+        try:
+            return self._complete(principal, uri_template, argument_name, argument_value, dict(context or {}))
+        finally:
+            self.stats.completions += 1
+            log.debug(
+                "completion of %s for %s in %.1f ms", uri_template, principal, (time.perf_counter() - started) * 1000
+            )
+
+    def _complete(
+        self, principal: Principal, uri_template: str, name: str, value: str, context: dict[str, str]
+    ) -> CompletionOutcome:
+        if not principal.is_verified:
+            return CompletionOutcome.fail(
+                FailureCode.DENIED, f"completion of {uri_template} refused: the caller is not a verified principal"
+            )
+        limit = self.limits.uri_bytes
+        if not uri_template or utf8_len(uri_template) > limit:
+            return CompletionOutcome.fail(
+                FailureCode.INVALID_REQUEST, f"the uri template is empty or over {limit} bytes"
+            )
+        if any(utf8_len(text) > limit for text in (name, value, *context.values())):
+            return CompletionOutcome.fail(FailureCode.INVALID_REQUEST, f"an argument is longer than {limit} bytes")
+        templates = self.template_snapshot(principal)
+        owner = templates.owner_of(uri_template)
+        if owner is None:
+            return CompletionOutcome.fail(FailureCode.NOT_FOUND, f"no capsule declares the template {uri_template}")
+        variables = {variable.name for variable in UriTemplate.parse(uri_template).variables}
+        if name not in variables:
+            return CompletionOutcome.fail(
+                FailureCode.INVALID_REQUEST, f"{name!r} is not a variable of the template {uri_template}"
+            )
+        # Only the template's other variables travel on: the capsule never
+        # sees names its template does not have.
+        arguments = [Argument(name=k, value=v) for k, v in sorted(context.items()) if k in variables and k != name]
+        request = CompleteRequest(
+            uri_template=uri_template,
+            argument_name=name,
+            argument_value=value,
+            context_arguments=arguments,
+            correlation_id="pending",
+        )
+        outcome, status = self._complete_once(principal, request, owner)
+        if status is not ReadStatus.OWNER_GONE:
+            return outcome
+        # The owner was rebuilt or removed since the snapshot: ask who owns it now, once.
+        owner = self.template_snapshot(principal, refresh=True).owner_of(uri_template)
+        if owner is None:
+            return CompletionOutcome.fail(FailureCode.NOT_FOUND, f"no capsule declares the template {uri_template}")
+        outcome, _ = self._complete_once(principal, request, owner)
+        return outcome
+
+    def _complete_once(
+        self, principal: Principal, request: CompleteRequest, owner: str
+    ) -> tuple[CompletionOutcome, ReadStatus]:
+        """One completion broadcast; only `owner`'s reply counts."""
+        correlation = uuid.uuid4().hex
+        payload = request.model_copy(update={"correlation_id": correlation}).to_json()
+        template = request.uri_template
+        window = self.limits.read_window_s
+        with self.bus.subscribe(
+            self.participant, COMPLETE_REPLY_PREFIX + correlation, principal_scope=principal
+        ) as sub:
+            delivery = self.bus.publish(self.participant, COMPLETE_TOPIC, payload, principal)
+            if owner not in delivery.reached:
+                gone = CompletionOutcome.fail(
+                    FailureCode.NOT_FOUND, f"the capsule that declared {template} is no longer loaded"
+                )
+                return gone, ReadStatus.OWNER_GONE
+            drained = drain(
+                sub, delivery, principal=principal, uri=template, preferred=owner, window_s=window, what="completion"
+            )
+        others = sorted(source for source in drained.replies if source != owner)
+        if others:
+            log.warning(
+                "completion of %s for %s: replies of %s refused (the template's owner is %s)",
+                template,
+                principal,
+                ", ".join(others),
+                owner,
+            )
+        if owner in drained.replies:
+            outcome = check_complete_reply(drained.replies[owner].payload, template, owner, self.limits)
+            return outcome, ReadStatus.ANSWERED
+        if drained.finished:
+            silent = CompletionOutcome.fail(
+                FailureCode.CAPSULE_ERROR,
+                f"the capsule that declares {template} ({owner}) finished without answering the completion",
+                owner,
+            )
+            return silent, ReadStatus.NO_REPLY
+        timeout = CompletionOutcome.fail(
+            FailureCode.TIMEOUT,
+            f"the capsule that declares {template} ({owner}) did not answer within {window:g} s",
+            owner,
+        )
+        return timeout, ReadStatus.TIMED_OUT
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Who serves one read: the listed or template owner, or nobody in particular (broadcast)."""
+
+    owner: str | None
+    via_template: bool
+    stale: bool  # the snapshot that decided it may be out of date

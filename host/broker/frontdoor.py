@@ -4,7 +4,12 @@
   requesting principal's snapshot;
 - `astrid.v1.request.mcp.resource.read` `{req_id, uri}` gets a read, behind a
   confused-deputy gate: only a trusted ingress (the MCP server's source-id)
-  may ask, and only for a verified principal; anything else fails closed.
+  may ask, and only for a verified principal; anything else fails closed;
+- `astrid.v1.request.mcp.resources.templates` `{req_id, refresh}` gets the
+  requesting principal's templates (not gated, like a list);
+- `astrid.v1.request.mcp.completion.complete` `{req_id, uri_template,
+  argument_name, argument_value, context_arguments}` gets a completion from
+  the template's owner, behind the same gate as a read.
 
 Each is answered on `astrid.v1.response.<req_id>`, attributed to the
 requester's principal. The handlers run in the requester's thread (it only
@@ -20,29 +25,44 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
+from astrid.host.broker.complete import CompletionOutcome
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Binding, BusError, Message, Principal
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.frontdoor import (
+    CompletionReply,
+    CompletionRequest,
     FailureCode,
+    FrontDoorFailure,
     ListResourcesReply,
     ListResourcesRequest,
+    ListTemplatesReply,
+    ListTemplatesRequest,
     ReadResourceReply,
     ReadResourceRequest,
 )
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.topics import FRONT_DOOR_LIST, FRONT_DOOR_READ, reply_topic
+from astrid.host.contract.template import ResourceTemplate
+from astrid.host.contract.topics import (
+    FRONT_DOOR_COMPLETE,
+    FRONT_DOOR_LIST,
+    FRONT_DOOR_READ,
+    FRONT_DOOR_TEMPLATES,
+    reply_topic,
+)
 
 if TYPE_CHECKING:
     from astrid.host.broker.broker import Broker
 
 log = logging.getLogger("astrid.host.broker")
+
+_Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
 
 # Stands for the req_id in a cached list reply: as long as the longest req_id
 # (128), so a reply trimmed to the bus limit still fits with the real one.
@@ -51,7 +71,7 @@ _LIST_PAYLOADS_KEPT = 256
 
 
 class FrontDoors:
-    """The list and read front doors of one broker."""
+    """The list, read, templates and completion front doors of one broker."""
 
     def __init__(self, broker: Broker, trusted_ingress: Iterable[str] = ()) -> None:
         self.broker = broker
@@ -64,6 +84,8 @@ class FrontDoors:
         return [
             Binding(me, FRONT_DOOR_LIST, guard(self.on_list), inline=True),
             Binding(me, FRONT_DOOR_READ, guard(self.on_read), inline=True),
+            Binding(me, FRONT_DOOR_TEMPLATES, guard(self.on_templates), inline=True),
+            Binding(me, FRONT_DOOR_COMPLETE, guard(self.on_complete), inline=True),
         ]
 
     def trust(self, source_id: str) -> None:
@@ -112,43 +134,21 @@ class FrontDoors:
         return cached[1].replace(_REQ_ID_SLOT, req_id, 1)
 
     def _list_template(self, resources: tuple[ResourceDefinition, ...]) -> str:
-        payload = ListResourcesReply(req_id=_REQ_ID_SLOT, resources=list(resources)).to_json()
-        limit = self.broker.bus.max_payload_bytes
-        if utf8_len(payload) <= limit:
-            return payload
         # One page must fit one bus message: keep the longest uri-ordered prefix that does.
-        budget = limit - utf8_len(ListResourcesReply(req_id=_REQ_ID_SLOT, resources=[]).to_json()) - 16
-        kept: list[ResourceDefinition] = []
-        for resource in resources:
-            size = utf8_len(resource.to_json()) + 1
-            if size > budget:
-                break
-            budget -= size
-            kept.append(resource)
-        log.warning(
-            "resources.list: %d of %d resources dropped to fit one %d-byte bus message",
-            len(resources) - len(kept),
-            len(resources),
-            limit,
+        return self._fitted(
+            resources,
+            lambda kept: ListResourcesReply(req_id=_REQ_ID_SLOT, resources=list(kept)).to_json(),
+            "resources.list",
         )
-        return ListResourcesReply(req_id=_REQ_ID_SLOT, resources=kept).to_json()
 
     # -- read ---------------------------------------------------------------------------
 
     def on_read(self, message: Message) -> None:
-        try:
-            data = json.loads(message.payload)
-        except ValueError:
-            data = None
-        req_id = data.get("req_id") if isinstance(data, dict) else None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(req_id, str)
-            or not is_clean_segment(req_id)
-            or len(req_id) > 128
-        ):
+        usable = _with_req_id(message.payload)
+        if usable is None:
             log.warning("unanswerable read request from %s: no usable req_id", message.source_id)
             return
+        data, req_id = usable
         uri = data.get("uri")
         raw_uri = uri if isinstance(uri, str) else ""
         try:
@@ -160,12 +160,9 @@ class FrontDoors:
 
         principal = message.principal
         started = time.perf_counter()
-        if not self.is_trusted(message.source_id):
-            log.warning("read of %s from %s denied: not a trusted ingress", request.uri, message.source_id)
-            outcome = ReadOutcome.fail(FailureCode.DENIED, "reads are served only to a trusted ingress")
-        elif not principal.is_verified:
-            log.warning("read of %s for %s denied: no verified principal", request.uri, principal)
-            outcome = ReadOutcome.fail(FailureCode.DENIED, "reads are served only for a verified principal")
+        denied = self._gate(message, "read", request.uri)
+        if denied is not None:
+            outcome = ReadOutcome(error=denied)
         else:
             try:
                 outcome = self.broker.read_resource(principal, request.uri)
@@ -191,11 +188,152 @@ class FrontDoors:
             too_big = ReadResourceReply(req_id=req_id, uri=uri, error=failed.error).to_json()
             self._publish_reply(req_id, too_big, principal)
 
+    def _gate(self, message: Message, what: str, subject: str) -> FrontDoorFailure | None:
+        """The confused-deputy gate: a trusted ingress and a verified principal, else why not.
+
+        `what` is the kind of request ("read"), `subject` what it names (for the log)."""
+        if not self.is_trusted(message.source_id):
+            log.warning("%s of %s from %s denied: not a trusted ingress", what, subject, message.source_id)
+            return FrontDoorFailure(code=FailureCode.DENIED, message=f"{what}s are served only to a trusted ingress")
+        if not message.principal.is_verified:
+            log.warning("%s of %s for %s denied: no verified principal", what, subject, message.principal)
+            return FrontDoorFailure(
+                code=FailureCode.DENIED, message=f"{what}s are served only for a verified principal"
+            )
+        return None
+
+    # -- templates ----------------------------------------------------------------------
+
+    def on_templates(self, message: Message) -> None:
+        try:
+            request = ListTemplatesRequest.model_validate(json.loads(message.payload))
+        except (ValueError, ValidationError) as exc:
+            log.warning("unanswerable templates request from %s: %s", message.source_id, _reason(exc))
+            return
+        started = time.perf_counter()
+        try:
+            templates = self.broker.templates(message.principal, refresh=request.refresh)
+        except Exception:
+            log.exception("resources.templates for %s failed", message.principal)
+            failed = FrontDoorFailure(
+                code=FailureCode.INTERNAL, message="the broker failed to list templates; see its log"
+            )
+            self._publish_reply(
+                request.req_id, ListTemplatesReply(req_id=request.req_id, error=failed).to_json(), message.principal
+            )
+            return
+        payload = self._fitted(
+            templates,
+            lambda kept: ListTemplatesReply(req_id=request.req_id, templates=list(kept)).to_json(),
+            "resources.templates",
+        )
+        self._publish_reply(request.req_id, payload, message.principal)
+        log.info(
+            "resources.templates for %s: %d templates in %.1f ms",
+            message.principal,
+            len(templates),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    # -- completion ---------------------------------------------------------------------
+
+    def on_complete(self, message: Message) -> None:
+        usable = _with_req_id(message.payload)
+        if usable is None:
+            log.warning("unanswerable completion request from %s: no usable req_id", message.source_id)
+            return
+        data, req_id = usable
+        principal = message.principal
+        try:
+            request = CompletionRequest.model_validate(data)
+        except ValidationError as exc:
+            invalid = CompletionOutcome.fail(FailureCode.INVALID_REQUEST, _reason(exc))
+            self._reply_complete(req_id, invalid, principal)
+            return
+        started = time.perf_counter()
+        denied = self._gate(message, "completion", request.uri_template)
+        if denied is not None:
+            outcome = CompletionOutcome(error=denied)
+        else:
+            try:
+                outcome = self.broker.complete(
+                    principal,
+                    request.uri_template,
+                    request.argument_name,
+                    request.argument_value,
+                    {argument.name: argument.value for argument in request.context_arguments},
+                )
+            except Exception:
+                log.exception("completion.complete %s for %s failed", request.uri_template, principal)
+                outcome = CompletionOutcome.fail(FailureCode.INTERNAL, "the broker failed to complete; see its log")
+        self._reply_complete(req_id, outcome, principal)
+        log.info(
+            "completion.complete %s for %s: %s in %.1f ms",
+            request.uri_template,
+            principal,
+            outcome.error.code.value if outcome.error else f"{len(outcome.values)} values",
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _reply_complete(self, req_id: str, outcome: CompletionOutcome, principal: Principal) -> None:
+        if outcome.error is not None:
+            reply = CompletionReply(req_id=req_id, error=outcome.error)
+        else:
+            reply = CompletionReply(
+                req_id=req_id, values=list(outcome.values), total=outcome.total, has_more=outcome.has_more
+            )
+        try:
+            self.broker.bus.publish(self.broker.participant, reply_topic(req_id), reply.to_json(), principal)
+        except BusError as exc:
+            log.warning("completion reply for %s refused by the bus (%s); answering over_limit", req_id, exc)
+            failed = FrontDoorFailure(
+                code=FailureCode.OVER_LIMIT, message="the completion values do not fit one bus message"
+            )
+            self._publish_reply(req_id, CompletionReply(req_id=req_id, error=failed).to_json(), principal)
+
+    # -- replies ------------------------------------------------------------------------
+
+    def _fitted(self, items: Sequence[_Item], render: Callable[[Sequence[_Item]], str], what: str) -> str:
+        """`render(items)`, or of the longest prefix that fits one bus message (logged)."""
+        payload = render(items)
+        limit = self.broker.bus.max_payload_bytes
+        if utf8_len(payload) <= limit:
+            return payload
+        budget = limit - utf8_len(render([])) - 16
+        kept: list[_Item] = []
+        for item in items:
+            size = utf8_len(item.to_json()) + 1
+            if size > budget:
+                break
+            budget -= size
+            kept.append(item)
+        log.warning(
+            "%s: %d of %d entries dropped to fit one %d-byte bus message",
+            what,
+            len(items) - len(kept),
+            len(items),
+            limit,
+        )
+        return render(kept)
+
     def _publish_reply(self, req_id: str, payload: str, principal: Principal) -> None:
         try:
             self.broker.bus.publish(self.broker.participant, reply_topic(req_id), payload, principal)
         except BusError as exc:
             log.error("cannot publish the reply for %s: %s", req_id, exc)
+
+
+def _with_req_id(payload: str) -> tuple[dict[str, object], str] | None:
+    """The decoded request and its req_id, when there is somewhere to answer
+    (a JSON object whose req_id is one clean segment of at most 128 bytes)."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    req_id = data.get("req_id") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(req_id, str) or not is_clean_segment(req_id) or len(req_id) > 128:
+        return None
+    return data, req_id
 
 
 def _reason(exc: Exception) -> str:

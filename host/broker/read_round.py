@@ -6,7 +6,10 @@ was drained into the outcome, by the routing rules of docs/contract.md §5:
 
 - a listed URI is served by its listed owner only; another capsule's answer
   (it saw the broadcast too) is never a substitute;
-- an unlisted URI (a family member) goes to the lexicographically first
+- an unlisted URI that a template covers is served the same way, by that
+  template's owner only (`preferred` is the owner either way; the broker
+  picks it, docs/contract.md §9.3);
+- any other URI (a family member) goes to the lexicographically first
   source-id that answered, whatever the timing, with an audit line per loser.
 """
 
@@ -57,11 +60,13 @@ def drain(
     uri: str,
     preferred: str | None,
     window_s: float,
+    what: str = "read",
 ) -> Drained:
     """Collect replies until `preferred` answers, every receiver is done, or the window ends.
 
     An unlisted URI (`preferred` None) waits for every receiver: who serves it
-    must not depend on who answers fastest.
+    must not depend on who answers fastest. A completion drains the same way,
+    with `uri` the template and `what` "completion" (for the log).
     """
     deadline = time.monotonic() + window_s
     drained = Drained()
@@ -70,11 +75,15 @@ def drain(
         """Record a reply; True when it ends the drain."""
         if message.principal != principal:
             log.warning(
-                "read reply from %s dropped: attributed to %s, not %s", message.source_id, message.principal, principal
+                "%s reply from %s dropped: attributed to %s, not %s",
+                what,
+                message.source_id,
+                message.principal,
+                principal,
             )
             return False
         if message.source_id in drained.replies:
-            log.warning("second read reply from %s for %s dropped", message.source_id, uri)
+            log.warning("second %s reply from %s for %s dropped", what, message.source_id, uri)
             return False
         drained.replies[message.source_id] = message
         return message.source_id == preferred
@@ -96,7 +105,14 @@ def drain(
 
 
 def resolve(
-    drained: Drained, *, principal: Principal, uri: str, preferred: str | None, window_s: float, limits: Limits
+    drained: Drained,
+    *,
+    principal: Principal,
+    uri: str,
+    preferred: str | None,
+    window_s: float,
+    limits: Limits,
+    via_template: bool = False,
 ) -> tuple[ReadOutcome, ReadStatus]:
     """The outcome of a drained read, by the routing rules above."""
     replies = drained.replies
@@ -104,17 +120,18 @@ def resolve(
         return check_read_reply(replies[preferred].payload, uri, preferred, limits), ReadStatus.ANSWERED
     if preferred is not None and replies:
         log.warning(
-            "read of %s for %s: the listed owner %s did not answer; replies of %s refused",
+            "read of %s for %s: the %s owner %s did not answer; replies of %s refused",
             uri,
             principal,
+            "template's" if via_template else "listed",
             preferred,
             ", ".join(sorted(replies)),
         )
         if drained.finished:
-            return owner_silent(uri, preferred), ReadStatus.REFUSED
+            return owner_silent(uri, preferred, via_template=via_template), ReadStatus.REFUSED
         failure = ReadOutcome.fail(
             FailureCode.TIMEOUT,
-            f"the capsule that lists {uri} ({preferred}) did not answer within {window_s:g} s",
+            f"{_the_owner(uri, preferred, via_template)} did not answer within {window_s:g} s",
             preferred,
         )
         return failure, ReadStatus.REFUSED
@@ -138,10 +155,16 @@ def resolve(
     return timeout, ReadStatus.TIMED_OUT
 
 
-def owner_silent(uri: str, owner: str) -> ReadOutcome:
-    """The listed owner finished without answering: its fault, said once."""
+def owner_silent(uri: str, owner: str, *, via_template: bool = False) -> ReadOutcome:
+    """The listed (or template) owner finished without answering: its fault, said once."""
     return ReadOutcome.fail(
         FailureCode.CAPSULE_ERROR,
-        f"the capsule that lists {uri} ({owner}) finished without answering the read",
+        f"{_the_owner(uri, owner, via_template)} finished without answering the read",
         owner,
     )
+
+
+def _the_owner(uri: str, owner: str, via_template: bool) -> str:
+    if via_template:
+        return f"the capsule whose template covers {uri} ({owner})"
+    return f"the capsule that lists {uri} ({owner})"

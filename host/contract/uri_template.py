@@ -6,7 +6,8 @@
     template.literal_prefix                            # "astrid://files/"
 
 - `{var}` is one path segment: its value never holds `/`, `?` or `#`, even
-  percent-encoded (a `%2F` would smuggle a segment into a capsule's path).
+  percent-encoded (a `%2F` would smuggle a segment into a capsule's path),
+  and is never `.` or `..`.
 - `{+var}` may span `/`, but never yields a `.` or `..` segment, a `?` or a
   `#`, nor (after percent-decoding) any control character.
 - Variable names are `[A-Za-z_][A-Za-z0-9_]*`, each used once; two variables need a
@@ -113,7 +114,7 @@ def _decoded(raw: str, reserved: bool) -> str | None:
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         return None
     if not reserved:
-        return None if any(char in value for char in "/?#") else value
+        return None if any(char in value for char in "/?#") or value in (".", "..") else value
     if any(char in value for char in "?#"):
         return None
     if any(segment in (".", "..") for segment in value.split("/")):

@@ -6,8 +6,11 @@
   size cap is dropped whole.
 - `priority` is clamped to [0, 1] (NaN dropped); an invalid ISO-8601
   `last_modified` is dropped alone.
+- Templates get the same field hygiene as resources (`to_template`).
 - Errors: a read failure is always a JSON-RPC error whose code depends on the
-  negotiated protocol revision, with the uri in `data`.
+  negotiated protocol revision, with the uri in `data`; a completion failure
+  is `-32602` when the template is unknown or the request is bad, else
+  `-32603`, with the template in `data`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
 from astrid.host.contract.resource import Annotations, BlobChunk, Icon, ResourceDefinition, TextChunk
+from astrid.host.contract.template import ResourceTemplate
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger("astrid.host.mcp")
@@ -106,6 +110,44 @@ def to_resource(definition: ResourceDefinition, limits: Limits = DEFAULT_LIMITS)
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         log.warning("resource %s left out of the list: %s", definition.uri, exc)
         return None
+
+
+def to_template(template: ResourceTemplate, limits: Limits = DEFAULT_LIMITS) -> types.ResourceTemplate | None:
+    """One MCP `ResourceTemplate`, or None (logged) when it cannot be expressed."""
+    try:
+        return types.ResourceTemplate(
+            uri_template=template.uri_template,
+            name=template.name,
+            title=template.title,
+            description=template.description,
+            mime_type=template.mime_type,
+            annotations=to_annotations(template.annotations),
+            icons=[to_icon(icon) for icon in template.icons] or None,
+            _meta=clean_meta(template.meta, limits),
+        )
+    except ValueError as exc:  # pydantic ValidationError is a ValueError
+        log.warning("resource template %s left out of the list: %s", template.uri_template, exc)
+        return None
+
+
+def to_completion(
+    values: list[str], total: int | None, has_more: bool, limits: Limits = DEFAULT_LIMITS
+) -> types.Completion:
+    """MCP `Completion`: at most `completion_values` values (then `hasMore`); a total never below the count."""
+    cap = limits.completion_values
+    kept = list(values[:cap])
+    more = has_more or len(values) > cap
+    if total is not None and total < len(kept):
+        total = None  # a total that contradicts the values says nothing
+    return types.Completion(values=kept, total=total, has_more=more)
+
+
+def completion_error(error: FrontDoorFailure, uri_template: str) -> MCPError:
+    """The JSON-RPC error for a failed completion: -32602 for what the client asked wrong, else -32603."""
+    data = {"uriTemplate": uri_template, "reason": error.code.value}
+    if error.code in (FailureCode.NOT_FOUND, FailureCode.INVALID_REQUEST):
+        return MCPError(code=types.INVALID_PARAMS, message=error.message or error.code.value, data=data)
+    return MCPError(code=types.INTERNAL_ERROR, message=error.message or error.code.value, data=data)
 
 
 def to_contents(

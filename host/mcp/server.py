@@ -8,10 +8,14 @@ verified credential (`mcp.auth`), and a request without one falls back to the
 default principal only where the operator allowed that (loopback, no auth).
 
 - capabilities: `resources` with `listChanged: true` and no `subscribe`
-  (`resources/subscribe` is "method not found"); both protocol revisions,
-  2025-11-25 (initialize) and 2026-07-28 (server/discover);
-- `resources/list`: one page, no cursor; `resources/read`; an empty
-  `resources/templates/list`;
+  (`resources/subscribe` is "method not found"), and `completions`; both
+  protocol revisions, 2025-11-25 (initialize) and 2026-07-28
+  (server/discover);
+- `resources/list`: one page, no cursor; `resources/read`;
+  `resources/templates/list`: the principal's templates, one page;
+- `completion/complete`: a `ref/resource` completes a template variable
+  (answered by the template's owner only); a `ref/prompt` is -32602 (there
+  are no prompts);
 - results carry 2026-07-28 cache hints (`private`, principal-scoped; the SDK
   strips them on the 2025-11-25 wire);
 - `notifications/resources/list_changed` when a principal's URI set changed
@@ -41,12 +45,20 @@ from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResul
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from astrid.host.bus import Subscription
-from astrid.host.contract.frontdoor import ReadResourceReply
+from astrid.host.contract.frontdoor import CompletionReply, ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
+from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.mcp.changes import ListChanged
-from astrid.host.mcp.reshape import read_error, to_contents, to_resource
+from astrid.host.mcp.reshape import (
+    completion_error,
+    read_error,
+    to_completion,
+    to_contents,
+    to_resource,
+    to_template,
+)
 from astrid.host.mcp.stdio import screened_stdio_server
 from astrid.host.version import astrid_version
 
@@ -66,6 +78,10 @@ class FrontDoor(Protocol):
 
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
     def read_resource(self, uri: str) -> ReadResourceReply: ...
+    def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]: ...
+    def complete(
+        self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
+    ) -> CompletionReply: ...
 
 
 class Backend(Protocol):
@@ -115,6 +131,7 @@ class AstridMcpServer:
             on_list_resources=self._on_list,
             on_read_resource=self._on_read,
             on_list_resource_templates=self._on_templates,
+            on_completion=self._on_complete,
             on_subscriptions_listen=self._on_listen,
         )
         # 2026-07-28: the SDK would derive `subscribe: true` from the listen
@@ -131,7 +148,10 @@ class AstridMcpServer:
 
     @staticmethod
     def capabilities() -> types.ServerCapabilities:
-        return types.ServerCapabilities(resources=types.ResourcesCapability(list_changed=True))
+        return types.ServerCapabilities(
+            resources=types.ResourcesCapability(list_changed=True),
+            completions=types.CompletionsCapability(),
+        )
 
     def initialization_options(self) -> InitializationOptions:
         return self._init_options
@@ -290,8 +310,31 @@ class AstridMcpServer:
     async def _on_templates(
         self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        # Templates are deferred (docs/contract.md §8); the same for everyone.
-        return types.ListResourceTemplatesResult(resource_templates=[], ttl_ms=0, cache_scope="public")
+        if params is not None and params.cursor is not None:
+            # one page, never a cursor: any cursor is one we did not issue
+            raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
+        templates = await self._call(self._principal(ctx), lambda door: door.list_templates())
+        reshaped = [t for t in (to_template(template, self.limits) for template in templates) if t is not None]
+        return types.ListResourceTemplatesResult(resource_templates=reshaped, ttl_ms=LIST_TTL_MS, cache_scope="private")
+
+    async def _on_complete(
+        self, ctx: ServerRequestContext, params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        ref = params.ref
+        if not isinstance(ref, types.ResourceTemplateReference):
+            raise MCPError(
+                code=types.INVALID_PARAMS, message="this server has no prompts to complete", data={"ref": ref.type}
+            )
+        template, argument = ref.uri, params.argument
+        context = dict(params.context.arguments or {}) if params.context is not None else {}
+        reply = await self._call(
+            self._principal(ctx),
+            lambda door: door.complete(template, argument.name, argument.value, context),
+            uri=template,
+        )
+        if reply.error is not None:
+            raise completion_error(reply.error, template)
+        return types.CompleteResult(completion=to_completion(reply.values, reply.total, reply.has_more, self.limits))
 
     # -- list_changed ------------------------------------------------------------------
 

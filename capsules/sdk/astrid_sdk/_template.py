@@ -136,7 +136,8 @@ def _safe_value(raw: str, reserved: bool) -> str | None:
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         return None
     if not reserved:
-        return None if ("/" in value or "?" in value or "#" in value) else value
+        unsafe = "/" in value or "?" in value or "#" in value or value in (".", "..")
+        return None if unsafe else value
     if "?" in value or "#" in value:
         return None
     if any(segment in (".", "..") for segment in value.split("/")):

@@ -5,6 +5,12 @@ answers by publishing with its own source-id, attributed to the principal of
 the message it handles (as the kernel does for a real capsule). Like a real
 capsule built with the SDK it fails closed: nothing for a principal that is
 not `verified`, and silence on a read for a URI it does not own.
+
+One that declares templates (or sets `bind_templates`) also binds the
+templates and completion broadcasts: it lists its templates per principal,
+answers completions for its own templates only (from `completion_values`),
+and serves reads of URIs its templates match with one text chunk
+`"<name>:<variables as JSON>"` (see `template_body`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from astrid.host.bus import (
     Principal,
     host_participant,
 )
+from astrid.host.contract.uri_template import UriTemplate
 
 ALICE = Principal.verified("alice")
 BOB = Principal.verified("bob")
@@ -57,6 +64,15 @@ def resource(uri: str, name: str | None = None, **extra) -> dict:
     return {"uri": uri, "name": name or uri.rsplit("/", 1)[-1], **extra}
 
 
+def template(uri_template: str, name: str | None = None, **extra) -> dict:
+    return {"uri_template": uri_template, "name": name or uri_template, **extra}
+
+
+def template_body(capsule: str, variables: dict[str, str]) -> str:
+    """What a FakeCapsule serves for a URI one of its templates matches."""
+    return f"{capsule}:{json.dumps(variables, sort_keys=True)}"
+
+
 @dataclass
 class FakeCapsule:
     bus: Bus
@@ -75,6 +91,24 @@ class FakeCapsule:
     hang: threading.Event | None = None  # read handler blocks until set
     describes: int = 0
     reads: int = 0
+    # -- templates and completion (bound only when one of these is set) --
+    # principal name -> template dicts (what the templates round lists)
+    templates: dict[str, list[dict]] = field(default_factory=dict)
+    # argument name -> candidates; a completion answers those starting with the typed value
+    completion_values: dict[str, list[str]] = field(default_factory=dict)
+    bind_templates: bool = False
+    templates_delay: float = 0.0
+    complete_delay: float = 0.0
+    silent_templates: bool = False
+    silent_complete: bool = False
+    serve_template_reads: bool = True  # answer reads of URIs its templates match
+    templates_twice: dict | None = None  # a second templates reply sent after the first
+    raw_templates: str | None = None  # replaces the templates reply payload verbatim
+    raw_complete: Callable[[dict], str] | None = None  # answers every completion, its template or not
+    templates_as: Principal | None = None  # attribute the templates reply to this principal (a forgery)
+    template_calls: int = 0
+    completes: int = 0
+    complete_requests: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.source_id = self.source_id or f"src-{self.name}"
@@ -83,6 +117,15 @@ class FakeCapsule:
         )
         self.bus.bind(Binding(self.participant, "resource.v1.request.describe", self._on_describe))
         self.bus.bind(Binding(self.participant, "resource.v1.request.read", self._on_read))
+        if (
+            self.bind_templates
+            or self.templates
+            or self.completion_values
+            or self.raw_templates is not None
+            or self.raw_complete is not None
+        ):
+            self.bus.bind(Binding(self.participant, "resource.v1.request.templates", self._on_templates))
+            self.bus.bind(Binding(self.participant, "resource.v1.request.complete", self._on_complete))
 
     def unload(self) -> None:
         self.bus.unbind_owner(self.source_id)
@@ -119,7 +162,10 @@ class FakeCapsule:
             self.hang.wait(30)
             return
         if self.raw_read is None and uri not in served:
-            return  # not mine: stay silent
+            chunks = self._template_read(who, uri)
+            if chunks is None:
+                return  # not mine: stay silent
+            served = {**served, uri: chunks}
         if self.read_delay:
             time.sleep(self.read_delay)
         if self.raw_read is not None:
@@ -130,3 +176,58 @@ class FakeCapsule:
             payload = json.dumps(body)
         topic = "resource.v1.response.read." + request["correlation_id"]
         self.bus.publish(self.participant, topic, payload, message.principal)
+
+    # -- templates and completion ------------------------------------------------------
+
+    def _owned_templates(self, who: str | None) -> list[dict]:
+        return self.templates.get(who, []) if who else []
+
+    def _template_read(self, who: str, uri: str) -> list[dict] | None:
+        if not self.serve_template_reads:
+            return None
+        for entry in self._owned_templates(who):
+            try:
+                variables = UriTemplate.parse(entry["uri_template"]).match(uri)
+            except ValueError:
+                continue  # a template the broker drops anyway
+            if variables is not None:
+                return [text(uri, template_body(self.name, variables))]
+        return None
+
+    def _on_templates(self, message: Message) -> None:
+        self.template_calls += 1
+        if self.templates_delay:
+            time.sleep(self.templates_delay)
+        if self.silent_templates:
+            return
+        who = self._principal(message)
+        topic = f"resource.v1.response.templates.{self.name}"
+        if self.raw_templates is not None:
+            payload = self.raw_templates
+        else:
+            payload = json.dumps({"templates": self._owned_templates(who)})
+        principal = self.templates_as or message.principal
+        self.bus.publish(self.participant, topic, payload, principal)
+        if self.templates_twice is not None:
+            self.bus.publish(self.participant, topic, json.dumps(self.templates_twice), principal)
+
+    def _on_complete(self, message: Message) -> None:
+        self.completes += 1
+        request = json.loads(message.payload)
+        self.complete_requests.append(request)
+        who = self._principal(message)
+        if who is None:
+            return
+        topic = "resource.v1.response.complete." + request["correlation_id"]
+        if self.raw_complete is not None:
+            self.bus.publish(self.participant, topic, self.raw_complete(request), message.principal)
+            return
+        owned = {entry["uri_template"] for entry in self._owned_templates(who)}
+        if request["uri_template"] not in owned or self.silent_complete:
+            return  # not mine: stay silent
+        if self.complete_delay:
+            time.sleep(self.complete_delay)
+        candidates = self.completion_values.get(request["argument_name"], [])
+        values = [value for value in candidates if value.startswith(request["argument_value"])]
+        reply = {"values": values[:100], "total": len(values), "has_more": len(values) > 100}
+        self.bus.publish(self.participant, topic, json.dumps(reply), message.principal)

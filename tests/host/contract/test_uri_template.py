@@ -28,6 +28,8 @@ def test_a_matching_uri_gives_its_decoded_variables(template, uri, params):
         ("test://template/{id}/data", "test://template/1/2/data"),  # {id} is one segment
         ("test://template/{id}/data", "test://template/a%2Fb/data"),  # ... even percent-encoded
         ("test://template/{id}/data", "test://template//data"),
+        ("test://template/{id}/data", "test://template/../data"),
+        ("test://template/{id}/data", "test://template/%2E/data"),
         ("test://template/{id}/data", "test://template/x/data?q=1"),
         ("astrid://files/{+path}", "astrid://files/../etc/passwd"),
         ("astrid://files/{+path}", "astrid://files/a/../../b"),
