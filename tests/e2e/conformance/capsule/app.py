@@ -3,18 +3,13 @@
 
 - `test://static-text`: text/plain, the text the scenario `resources-read-text` names;
 - `test://static-binary`: image/png, a 1x1 PNG (`resources-read-binary` asks for a
-  non-empty base64 `blob` with a mime type).
-
-Not served yet: `test://template/{id}/data` (`resources-templates-read`). It
-is a resource template, which the guest SDK cannot declare until templates
-land (issue 12), and a family cannot stand in for it: a family member is
-`prefix + key` with one flat key, and `123/data` holds a `/`. A read of
-`test://template/123/data` therefore ends as "resource not found"; once the
-SDK has templates, declare it here and drop the scenario from
-expected-failures.yml.
+  non-empty base64 `blob` with a mime type);
+- the template `test://template/{id}/data` (`resources-templates-read` reads
+  `test://template/123/data` and looks for the id in the text).
 """
 
 import base64
+import json
 
 from astrid_sdk import Capsule
 
@@ -48,6 +43,18 @@ def static_text(ctx):
 )
 def static_binary(ctx):
     return PIXEL_PNG
+
+
+@capsule.template(
+    "test://template/{id}/data",
+    name="template-data",
+    title="Template data",
+    description="Data for one id (conformance: resources-templates-read)",
+    mime_type="application/json",
+)
+def template_data(ctx):
+    ident = ctx.params["id"]
+    return json.dumps({"id": ident, "templateTest": True, "data": f"Data for ID: {ident}"}, separators=(",", ":"))
 
 
 WitWorld = capsule.world()
