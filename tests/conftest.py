@@ -78,3 +78,10 @@ def built_faulty(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def built_probe(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """tests/e2e/capsules/probe: a per-principal note, an alice-only resource, a read that never returns."""
     return build_clean(REPO / "tests" / "e2e" / "capsules" / "probe", tmp_path_factory.mktemp("probe") / "probe")
+
+
+@pytest.fixture(scope="session")
+def built_templated(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """tests/e2e/capsules/templated: resource templates ({id}, {+path}) with completion."""
+    source = REPO / "tests" / "e2e" / "capsules" / "templated"
+    return build_clean(source, tmp_path_factory.mktemp("templated") / "templated")
