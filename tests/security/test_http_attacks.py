@@ -140,3 +140,27 @@ async def test_one_principals_flood_neither_hangs_nor_stalls_another(served: Htt
     assert text_of(note) == "the private note of bob"
     assert bob_done_while_alice_hangs == [True]
     assert outcomes.count("busy") == 40 - 16 and outcomes.count("answered") == 0
+
+
+async def test_a_body_over_the_cap_is_refused_before_any_capsule_runs(served: HttpServer):
+    token = served.add_token("alice")
+    before = _served_lines(served)
+    huge = {**_read("astrid://whoami"), "params": {"uri": "astrid://whoami", "pad": "x" * (2 << 20)}}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        answer = await http.post(served.url, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, json=huge)
+    assert answer.status_code == 413
+    assert _served_lines(served) == before
+
+
+async def test_an_allowed_origin_is_let_in_and_others_are_not(built_introspect, capsule_home, tmp_path):
+    extra = ("--allowed-origin", "https://app.example")
+    with http_server(built_introspect.folder, capsule_home=capsule_home, token_dir=tmp_path, extra=extra) as served:
+        token = served.add_token("alice")
+        headers = {**ACCEPT, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=10) as http:
+            allowed = await http.post(served.url, headers={**headers, "Origin": "https://app.example"}, json=INITIALIZE)
+            refused = await http.post(
+                served.url, headers={**headers, "Origin": "https://evil.example"}, json=INITIALIZE
+            )
+    assert allowed.status_code == 200
+    assert refused.status_code == 403
