@@ -14,7 +14,13 @@ from pathlib import Path
 import click
 
 from astrid.cli.errors import UserError
-from astrid.cli.mcp_cmd import announce, make_runtime, resolve_capsule_paths, resolve_principal
+from astrid.cli.mcp_cmd import (
+    RESOURCE_TOOLS_LINE,
+    announce,
+    make_runtime,
+    resolve_capsule_paths,
+    resolve_principal,
+)
 
 # Worker threads for requests: the per-principal cap (16) times a few
 # principals, so one busy principal never holds every thread.
@@ -33,6 +39,7 @@ class HttpOptions:
     allowed_origins: list[str] = field(default_factory=list)
     tls_cert: str | None = None
     tls_key: str | None = None
+    resource_tools: bool = False  # also offer the resources as two read-only tools
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -120,7 +127,9 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         tls_cert=options.tls_cert,
         tls_key=options.tls_key,
     )
-    server = AstridMcpServer(runtime, limits=runtime.limits, worker_threads=WORKER_THREADS)
+    server = AstridMcpServer(
+        runtime, limits=runtime.limits, worker_threads=WORKER_THREADS, resource_tools=options.resource_tools
+    )
     try:
         listener = HttpListener(server, settings)
     except OSError as exc:
@@ -129,6 +138,8 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
     _say(auth_line)
     paths = runtime.config.capsule_paths
     _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
+    if options.resource_tools:
+        _say(RESOURCE_TOOLS_LINE)
     runtime.start(background=True)
     hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
     announce(runtime, watch, hint)

@@ -116,6 +116,12 @@ def _say(message: str) -> None:
 @click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: allow this Origin.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS key.")
+@click.option(
+    "--resource-tools",
+    is_flag=True,
+    help="Also offer the resources as two read-only tools (list_resources, read_resource), "
+    "so the client's model can fetch context itself.",
+)
 def mcp_serve(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -130,6 +136,7 @@ def mcp_serve(
     allowed_origins: tuple[str, ...],
     tls_cert: str | None,
     tls_key: str | None,
+    resource_tools: bool,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
@@ -142,7 +149,7 @@ def mcp_serve(
         given = [name for name, value in http_only.items() if value]
         if given:
             raise UserError(f"{', '.join(given)} only apply with --http [HOST:]PORT")
-        _serve_stdio(capsule_dirs, principal, watch)
+        _serve_stdio(capsule_dirs, principal, watch, resource_tools)
         return
     from astrid.cli.http_serve import HttpOptions, serve_http
 
@@ -157,11 +164,12 @@ def mcp_serve(
         allowed_origins=list(allowed_origins),
         tls_cert=tls_cert,
         tls_key=tls_key,
+        resource_tools=resource_tools,
     )
     serve_http(capsule_dirs, principal, watch, options)
 
 
-def _serve_stdio(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool) -> None:
+def _serve_stdio(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, resource_tools: bool) -> None:
     import anyio
 
     from astrid.host.mcp.server import AstridMcpServer
@@ -174,16 +182,21 @@ def _serve_stdio(capsule_dirs: tuple[Path, ...], principal: str | None, watch: b
         _say("capsule paths: " + ", ".join(str(p) for p in paths))
     else:
         _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
+    if resource_tools:
+        _say(RESOURCE_TOOLS_LINE)
     runtime.start(background=True)
     hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
     announce(runtime, watch, hint)
-    server = AstridMcpServer(runtime, limits=runtime.limits)
+    server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=resource_tools)
     try:
         anyio.run(server.run_stdio)
     except KeyboardInterrupt:
         pass
     finally:
         runtime.close()
+
+
+RESOURCE_TOOLS_LINE = "also offering the resources as tools: list_resources, read_resource (--resource-tools)"
 
 
 def announce(runtime, watch: bool, hint: str) -> None:
@@ -236,13 +249,15 @@ def astrid_command() -> list[str]:
     return [str(Path(sys.executable).resolve()), "-m", "astrid.cli.main"]
 
 
-def config_entry(name: str, capsule_dirs: list[Path], principal: str | None) -> dict:
+def config_entry(name: str, capsule_dirs: list[Path], principal: str | None, resource_tools: bool = False) -> dict:
     command, *prefix = astrid_command()
     args = [*prefix, "mcp", "serve"]
     for path in capsule_dirs:
         args += ["--capsules", str(path)]
     if principal:
         args += ["--principal", principal]
+    if resource_tools:
+        args.append("--resource-tools")
     # Clients start servers with a minimal environment: pass astrid's own settings on.
     env = {key: os.environ[key] for key in PATH_SETTINGS if os.environ.get(key)}
     return {"mcpServers": {name: {"command": command, "args": args, "env": env}}}
@@ -258,13 +273,25 @@ def http_config_entry(name: str, url: str) -> dict:
 @click.option("--http", "http_url", metavar="URL", default=None, help="An entry for a remote server at this URL.")
 @capsules_option
 @principal_option
-def mcp_config(name: str, http_url: str | None, capsule_dirs: tuple[Path, ...], principal: str | None) -> None:
+@click.option(
+    "--resource-tools",
+    is_flag=True,
+    help="The entry starts the server with --resource-tools (the resources also as two read-only tools).",
+)
+def mcp_config(
+    name: str, http_url: str | None, capsule_dirs: tuple[Path, ...], principal: str | None, resource_tools: bool
+) -> None:
     """Print a client entry: for `astrid mcp serve` on stdio, or with --http URL for a remote server.
 
     The JSON goes to stdout (merge its `mcpServers` entry into the client's
     config); where the file lives goes to stderr.
     """
     if http_url is not None:
+        if resource_tools:
+            raise UserError(
+                "--resource-tools belongs to the server: start it with `astrid mcp serve --http ... --resource-tools`; "
+                "the client's entry is the same either way"
+            )
         _http_config(name, http_url, capsule_dirs, principal)
         return
     for path in capsule_dirs:
@@ -273,7 +300,7 @@ def mcp_config(name: str, http_url: str | None, capsule_dirs: tuple[Path, ...], 
     if principal is not None:
         resolve_principal(principal)
     paths = [path.expanduser().resolve() for path in capsule_dirs]
-    click.echo(json.dumps(config_entry(name, paths, principal), indent=2))
+    click.echo(json.dumps(config_entry(name, paths, principal, resource_tools), indent=2))
     click.echo("", err=True)
     click.echo("Merge the entry above into `mcpServers` of claude_desktop_config.json, then restart the app:", err=True)
     for system, location in CONFIG_LOCATIONS:

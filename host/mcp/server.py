@@ -24,7 +24,11 @@ default principal only where the operator allowed that (loopback, no auth).
 - at most `max_requests_per_principal` requests of one principal in flight:
   more are refused at once as busy, so one principal's flood cannot hold the
   worker threads another one's reads need;
-- every failure is an `MCPError`, never another exception type.
+- with `resource_tools` (`--resource-tools`), the `tools` capability and two
+  read-only tools mirroring list and read (`tools.py`); without it
+  `tools/list` is "method not found";
+- every failure is an `MCPError`, never another exception type (a tool's
+  failure is a result with `isError`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from astrid.host.mcp.reshape import (
     to_template,
 )
 from astrid.host.mcp.stdio import screened_stdio_server
+from astrid.host.mcp.tools import ResourceTools
 from astrid.host.version import astrid_version
 
 log = logging.getLogger("astrid.host.mcp")
@@ -107,6 +112,7 @@ class AstridMcpServer:
         ready_timeout_s: float = 600.0,
         max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
         worker_threads: int | None = None,
+        resource_tools: bool = False,
     ) -> None:
         self.backend = backend
         self.limits = limits
@@ -138,6 +144,10 @@ class AstridMcpServer:
         # handler; advertise what we offer instead.
         self.server.add_request_handler("server/discover", types.RequestParams, self._on_discover)
         self.server.middleware.append(self._capture_session)
+        # --resource-tools: resources/list and resources/read mirrored as two read-only tools
+        self.tools = ResourceTools(self) if resource_tools else None
+        if self.tools is not None:
+            self.tools.register(self.server)
         # Pin the options: transports that build them themselves (in-memory,
         # streamable HTTP) would otherwise report listChanged false.
         options = self.server.create_initialization_options(NotificationOptions(resources_changed=True))
@@ -146,11 +156,11 @@ class AstridMcpServer:
 
     # -- wiring ------------------------------------------------------------------------
 
-    @staticmethod
-    def capabilities() -> types.ServerCapabilities:
+    def capabilities(self) -> types.ServerCapabilities:
         return types.ServerCapabilities(
             resources=types.ResourcesCapability(list_changed=True),
             completions=types.CompletionsCapability(),
+            tools=self.tools.capability() if self.tools is not None else None,
         )
 
     def initialization_options(self) -> InitializationOptions:

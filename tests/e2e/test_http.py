@@ -191,3 +191,23 @@ async def test_tls_is_served_with_the_given_certificate(built_introspect, capsul
                     await session.initialize()
                     whoami = await session.read_resource("astrid://whoami")
     assert json.loads(text_of(whoami))["principal"] == "gina"
+
+
+async def test_resource_tools_over_http_act_as_the_tokens_principal(built_introspect, capsule_home, tmp_path):
+    extra = ("--resource-tools",)
+    with http_server(built_introspect.folder, capsule_home=capsule_home, token_dir=tmp_path, extra=extra) as served:
+        tokens = {name: served.add_token(name) for name in ("hana", "ivan")}
+        seen = {}
+        for name, token in tokens.items():
+            with anyio.fail_after(30):
+                async with http_session(served.url, token) as session:
+                    assert {tool.name for tool in (await session.list_tools()).tools} == {
+                        "list_resources",
+                        "read_resource",
+                    }
+                    result = await session.call_tool("read_resource", {"uri": "astrid://whoami"})
+            assert not result.is_error
+            [content] = result.content
+            assert isinstance(content, types.TextContent)
+            seen[name] = json.loads(content.text)["principal"]
+    assert seen == {"hana": "hana", "ivan": "ivan"}

@@ -6,6 +6,7 @@
 //
 // Prints one JSON object per line on stdout:
 //   {"event": "listed", ...}   after initialize, a list and a read of every resource
+//                              (with --resource-tools, `tools`: the same through the tools; else null)
 //   {"event": "changed", ...}  after the next resources/list_changed, the same again
 //   {"event": "timeout"}       if no list_changed came within WAIT_MS
 import { createHash } from "node:crypto";
@@ -48,6 +49,33 @@ async function snapshot() {
   return { resources: resources.map(({ uri, name, mimeType }) => ({ uri, name, mimeType: mimeType ?? null })), reads };
 }
 
+const contentView = (item) => {
+  if (item.type === "text") return { type: "text", text: item.text, sha256: sha256(Buffer.from(item.text, "utf8")) };
+  if (item.type === "image") return { type: "image", mimeType: item.mimeType, sha256: sha256(Buffer.from(item.data, "base64")) };
+  const { uri, mimeType = null, text, blob } = item.resource;
+  const bytes = text !== undefined ? Buffer.from(text, "utf8") : Buffer.from(blob, "base64");
+  return { type: item.type, uri, mimeType, sha256: sha256(bytes) };
+};
+
+// --resource-tools: the tools, list_resources, read_resource of every uri it lists and of one it does not.
+async function toolsView() {
+  if (!client.getServerCapabilities()?.tools) return null;
+  const { tools } = await client.listTools();
+  const call = async (name, args) => {
+    const result = await client.callTool({ name, arguments: args });
+    return { isError: result.isError ?? false, content: result.content.map(contentView), structured: result.structuredContent ?? null };
+  };
+  const listed = await call("list_resources", {});
+  const reads = {};
+  for (const { uri } of listed.structured?.resources ?? []) reads[uri] = await call("read_resource", { uri });
+  return {
+    tools: tools.map(({ name, title, annotations, inputSchema }) => ({ name, title, annotations, inputSchema })),
+    listed,
+    reads,
+    missing: await call("read_resource", { uri: "astrid://no-such-capsule/x" }),
+  };
+}
+
 async function missing(uri) {
   try {
     await client.readResource({ uri });
@@ -65,6 +93,7 @@ emit({
   instructions: client.getInstructions() ?? null,
   missing: await missing("astrid://no-such-capsule/x"),
   ...(await snapshot()),
+  tools: await toolsView(),
 });
 // unref: a pending timer must not keep node alive after the client closes
 const timedOut = new Promise((resolve) => setTimeout(() => resolve("timeout"), WAIT_MS).unref());
