@@ -90,6 +90,13 @@ def run() -> dict:
                     python_command("-m", "bench.rss", str(folder), "3"), capture_output=True, text=True, check=True
                 )
                 results["rss"] = json.loads(rss.stdout)
+                principals = subprocess.run(
+                    python_command("-m", "bench.principals", str(folder), "100", "256"),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results["principals"] = json.loads(principals.stdout.strip().splitlines()[-1])
     for count in COUNTS:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
@@ -114,6 +121,18 @@ def table(results: dict) -> str:
         rows.append(
             f"| RSS per capsule per extra principal | {rss['capsules']} | "
             f"{rss['rss_per_capsule_per_principal_mib']:.2f} MiB | - | - |"
+        )
+    if "principals" in results:
+        many = results["principals"]
+        rows.append(
+            f"| {many['principals']} principals, cap {many['max_instances']}: RSS / private per sandbox | "
+            f"{many['capsules']} | {many['rss_per_live_sandbox_mib']:.2f} / {many['uss_per_live_sandbox_mib']:.2f} MiB "
+            "| - | - |"
+        )
+        rows.append(
+            f"| {many['principals']} principals: first describe / after eviction / warm | {many['capsules']} | "
+            f"{many['first_describe']['median_ms']:.1f} / {many['revisit_describe']['median_ms']:.1f} / "
+            f"{many['warm_describe']['median_ms']:.1f} | - | - |"
         )
     largest = max(results["counts"])
     smallest = min(results["counts"])

@@ -45,6 +45,9 @@ class RuntimeConfig:
     principal: str | None  # the default principal; None: every request names its own
     cache_dir: Path | None = None
     limits: Limits = DEFAULT_LIMITS
+    # Live sandboxes (one per capsule and principal) before the least recently used
+    # idle one is closed; its next call re-instantiates (see docs/performance.md).
+    max_instances: int = 256
 
 
 @dataclass
@@ -87,7 +90,12 @@ def _real_kernel(config: RuntimeConfig) -> CapsuleKernel:
     from astrid.host.kernel.kernel import Kernel, KernelConfig
 
     return Kernel(
-        KernelConfig(capsule_paths=list(config.capsule_paths), cache_dir=config.cache_dir, limits=config.limits)
+        KernelConfig(
+            capsule_paths=list(config.capsule_paths),
+            cache_dir=config.cache_dir,
+            limits=config.limits,
+            max_instances=config.max_instances,
+        )
     )
 
 

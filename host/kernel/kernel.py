@@ -37,7 +37,7 @@ from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_
 from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.routing import accepts_for
-from astrid.host.kernel.sandbox import SandboxPool
+from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.version import astrid_version
 
@@ -51,7 +51,7 @@ class KernelConfig:
     capsule_paths: list[Path] = field(default_factory=list)
     cache_dir: Path | None = None
     limits: Limits = DEFAULT_LIMITS
-    max_instances: int = 256
+    max_instances: int = DEFAULT_MAX_INSTANCES  # live sandboxes, over all (capsule, principal) pairs (LRU)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,18 @@
 """Sandboxes: one wasmtime Store + instance per (capsule, principal).
 
-Instances are created lazily, capped and evicted least-recently-used. Each
+Instances are created lazily and capped (`max_instances`): at the cap, the
+least-recently-used idle instance of any (capsule, principal) is closed first,
+never one in use (mid-call, or about to be), and if every instance is in use
+the new call waits for one to finish (bounded by a call's wall time). An
+evicted principal's next call re-instantiates from the compiled component
+(about 1 ms, plus a fresh guest's slower first call). Each
 Store has one lock (two threads in one Store abort the process); different
 Stores run in parallel. Every call is bounded in wall time (epoch deadline)
 and memory (store limits). A trap or timeout discards the instance and the
 next call gets a fresh one; a sandbox that keeps failing is quarantined for a
 while (per principal: one principal's requests never bench a capsule for the
-others).
+others). Strikes and quarantine are kept outside the instances, so evicting a
+sandbox never clears them.
 
 Every call ends in a `CallOutcome` whose `CallStatus` says how it ended (ok,
 timed out, trapped, failed, quarantined); the hook's result and the error are
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 
 QUARANTINE_AFTER = 5  # consecutive failed calls
 QUARANTINE_S = 30.0
+DEFAULT_MAX_INSTANCES = 256  # live sandboxes over all (capsule, principal) pairs
 
 
 @dataclass
@@ -59,6 +66,7 @@ class Instance:
         self.hook: wasmtime.component.Func | None = None
         self.dead = False
         self.calls = 0
+        self.pins = 0  # callers holding or about to take the lock (under the pool's lock): never evicted while > 0
 
     def remaining_call_time(self) -> float:
         call = self.current
@@ -111,49 +119,90 @@ class SandboxStats:
     instances_created: int = 0
     instances_evicted: int = 0
     instances_discarded: int = 0
+    slot_waits: int = 0  # calls that waited for an instance to become idle (the pool was full of busy ones)
+    slot_timeouts: int = 0  # calls refused because no instance became idle in time
     by_capsule: dict[str, CapsuleHealth] = field(default_factory=dict)
 
 
+class PoolFull(Exception):
+    """No instance became idle in time to make room for a new one."""
+
+
 class SandboxPool:
-    def __init__(self, wasm: WasmEngine, abi: HostAbi, limits: Limits, max_instances: int = 256) -> None:
+    def __init__(
+        self, wasm: WasmEngine, abi: HostAbi, limits: Limits, max_instances: int = DEFAULT_MAX_INSTANCES
+    ) -> None:
+        if max_instances < 1:
+            raise ValueError(f"max_instances must be at least 1, not {max_instances}")
         self.wasm = wasm
         self.abi = abi
         self.limits = limits
         self.max_instances = max_instances
+        # Least recently used first, over every (capsule, principal) pair.
         self._instances: OrderedDict[tuple[str, Principal], Instance] = OrderedDict()
+        # Only sandboxes with failures or a quarantine have strikes; kept across eviction.
         self._strikes: dict[tuple[str, Principal], Strikes] = {}
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when an instance is unpinned
         self.stats = SandboxStats()
 
     # -- instances -------------------------------------------------------------
 
     def _instance_for(self, capsule: LoadedCapsule, participant: Participant, principal: Principal) -> Instance:
+        """The (capsule, principal) instance, pinned: the caller must `_unpin` it when done.
+
+        Creating one at the cap first evicts the least-recently-used idle
+        instance; with none idle it waits for one (PoolFull after a call's
+        wall time), so the pool never holds more than `max_instances`.
+        """
         key = (capsule.source_id, principal)
+        evicted: Instance | None = None
         with self._lock:
             instance = self._instances.get(key)
             if instance is not None and not instance.dead:
                 self._instances.move_to_end(key)
+                instance.pins += 1
                 return instance
+            if len(self._instances) >= self.max_instances:
+                evicted = self._evict_one_locked()
+                if evicted is None:
+                    self.stats.slot_waits += 1
+                    deadline = time.monotonic() + self.limits.call_wall_time_s + 1.0
+                    while evicted is None:
+                        if not self._idle.wait(max(0.0, deadline - time.monotonic())):
+                            self.stats.slot_timeouts += 1
+                            raise PoolFull(f"all {self.max_instances} sandboxes stayed busy")
+                        current = self._instances.get(key)  # another thread may have made ours meanwhile
+                        if current is not None and not current.dead:
+                            self._instances.move_to_end(key)
+                            current.pins += 1
+                            return current
+                        if len(self._instances) < self.max_instances:
+                            break
+                        evicted = self._evict_one_locked()
             instance = Instance(capsule, participant, principal, Store(self.wasm.engine))
+            instance.pins = 1
             self._instances[key] = instance
             self.stats.instances_created += 1
-            evicted = self._evict_locked()
-        for old in evicted:
-            self._close_removed(old)
+        if evicted is not None:
+            self._close_removed(evicted)  # idle and out of the pool: its lock is free
         return instance
 
-    def _evict_locked(self) -> list[Instance]:
-        evicted = []
-        for key in list(self._instances):
-            if len(self._instances) <= self.max_instances:
-                break
-            candidate = self._instances[key]
-            if candidate.lock.locked():
-                continue  # busy: evict something idle instead
+    def _evict_one_locked(self) -> Instance | None:
+        """Take the least-recently-used idle instance out of the pool (the caller holds the pool's lock)."""
+        for key, candidate in self._instances.items():
+            if candidate.pins or candidate.lock.locked():
+                continue  # in use: evict something idle instead
             del self._instances[key]
-            evicted.append(candidate)
             self.stats.instances_evicted += 1
-        return evicted
+            return candidate
+        return None
+
+    def _unpin(self, instance: Instance) -> None:
+        with self._lock:
+            instance.pins -= 1
+            if instance.pins == 0:
+                self._idle.notify()
 
     def _instantiate(self, instance: Instance) -> wasmtime.component.Func:
         """Instantiate the capsule in the instance's Store; its hook export, also kept on the instance."""
@@ -185,6 +234,7 @@ class SandboxPool:
             key = (instance.capsule.source_id, instance.principal)
             if self._instances.get(key) is instance:
                 del self._instances[key]
+                self._idle.notify()  # room for a caller waiting on a full pool
             self.stats.instances_discarded += 1
         self._close_locked(instance)
 
@@ -194,12 +244,18 @@ class SandboxPool:
             self._strikes = {k: v for k, v in self._strikes.items() if k[0] != source_id}
             doomed = [k for k in self._instances if k[0] == source_id]
             instances = [self._instances.pop(k) for k in doomed]
+            self._idle.notify_all()  # room for callers waiting on a full pool
         for instance in instances:
             self._close_removed(instance)
 
     def live_instances(self, source_id: str | None = None) -> int:
         with self._lock:
             return sum(1 for k in self._instances if source_id is None or k[0] == source_id)
+
+    def live_keys(self) -> list[tuple[str, Principal]]:
+        """The live (source_id, principal) sandboxes, least recently used first."""
+        with self._lock:
+            return list(self._instances)
 
     def health(self, capsule_name: str) -> CapsuleHealth:
         with self._lock:
@@ -211,33 +267,58 @@ class SandboxPool:
         Only instantiates: no guest code beyond the component's start-up runs
         outside a delivered message. False when instantiation failed.
         """
-        instance = self._instance_for(capsule, participant, principal)
-        with instance.lock:
-            if instance.dead or instance.hook is not None:
-                return not instance.dead
-            try:
-                self._instantiate(instance)
-                return True
-            except Exception as exc:  # reported like a failed call: the next message retries
-                log.warning("capsule %s (%s) failed to instantiate: %s", capsule.name, principal, trap_reason(exc))
-                self._discard_failed(instance)
-                return False
+        try:
+            instance = self._instance_for(capsule, participant, principal)
+        except PoolFull:
+            return False
+        try:
+            with instance.lock:
+                if instance.dead or instance.hook is not None:
+                    return not instance.dead
+                try:
+                    self._instantiate(instance)
+                    return True
+                except Exception as exc:  # reported like a failed call: the next message retries
+                    log.warning("capsule %s (%s) failed to instantiate: %s", capsule.name, principal, trap_reason(exc))
+                    self._discard_failed(instance)
+                    return False
+        finally:
+            self._unpin(instance)
 
     # -- calls -----------------------------------------------------------------
 
     def invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:
         """Run `astrid-hook-trigger(handler, payload)` for the message's principal."""
         health = self.health(capsule.name)
+        key = (capsule.source_id, message.principal)
         with self._lock:
-            strikes = self._strikes.setdefault((capsule.source_id, message.principal), Strikes())
-        if strikes.quarantined_until > time.monotonic():
+            strikes = self._strikes.get(key)
+            quarantined = strikes is not None and strikes.quarantined_until > time.monotonic()
+        if quarantined:
             refusal = f"{capsule.name} is quarantined for {message.principal} after repeated failures"
             return CallOutcome(CallStatus.QUARANTINED, error=refusal)
-        instance = self._instance_for(capsule, participant, message.principal)
+        while True:
+            try:
+                instance = self._instance_for(capsule, participant, message.principal)
+            except PoolFull as exc:  # not the capsule's fault: no strike
+                log.warning("capsule %s (%s) not called: %s", capsule.name, message.principal, exc)
+                return CallOutcome(CallStatus.FAILED, error=str(exc))
+            try:
+                outcome = self._call(instance, message, handler)
+            finally:
+                self._unpin(instance)
+            if outcome is not None:
+                break
+            # None: discarded (another call on it failed) or dropped between lookup and lock: a fresh one
+        self._record(capsule, instance, health, key, outcome)
+        return outcome
+
+    def _call(self, instance: Instance, message: Message, handler: str) -> CallOutcome | None:
+        """One hook call on a pinned instance; None if it was closed before its lock was taken."""
         started = time.perf_counter()
         with instance.lock:
-            if instance.dead:  # evicted between lookup and lock
-                return self.invoke(capsule, participant, message, handler)
+            if instance.dead:
+                return None
             deadline = time.monotonic() + self.limits.call_wall_time_s
             instance.current = CallContext(message, deadline)
             try:
@@ -258,17 +339,26 @@ class SandboxPool:
                 # Store that is being closed (that aborts the process).
                 self._discard_failed(instance)
         outcome.seconds = time.perf_counter() - started
-        self._record(capsule, instance, health, strikes, outcome)
         return outcome
 
     def _record(
-        self, capsule: LoadedCapsule, instance: Instance, health: CapsuleHealth, strikes: Strikes, outcome: CallOutcome
+        self,
+        capsule: LoadedCapsule,
+        instance: Instance,
+        health: CapsuleHealth,
+        key: tuple[str, Principal],
+        outcome: CallOutcome,
     ) -> None:
         with self._lock:
             health.calls += 1
             if outcome.ok:
-                strikes.consecutive_failures = 0
+                strikes = self._strikes.get(key)
+                if strikes is not None and strikes.quarantined_until <= time.monotonic():
+                    del self._strikes[key]  # a clean record again: nothing to keep
+                elif strikes is not None:
+                    strikes.consecutive_failures = 0
                 return
+            strikes = self._strikes.setdefault(key, Strikes())
             health.failures += 1
             strikes.consecutive_failures += 1
             health.last_error = outcome.error
@@ -291,6 +381,7 @@ class SandboxPool:
         with self._lock:
             instances = list(self._instances.values())
             self._instances.clear()
+            self._idle.notify_all()
         for instance in instances:
             self._close_removed(instance)
 
