@@ -39,6 +39,7 @@ class HttpOptions:
     allowed_origins: list[str] = field(default_factory=list)
     tls_cert: str | None = None
     tls_key: str | None = None
+    max_sandboxes: int | None = None
     resource_tools: bool = False  # also offer the resources as two read-only tools
 
 
@@ -113,11 +114,14 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         raise UserError("--tls-cert and --tls-key go together")
     verifier, auth_line = _verifier(options, host)
     if verifier is None:
-        runtime = make_runtime(capsule_dirs, principal)
+        runtime = make_runtime(capsule_dirs, principal, options.max_sandboxes)
     else:
         if principal is not None:
             raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
-        runtime = Runtime(RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None))
+        config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
+        if options.max_sandboxes is not None:
+            config.max_instances = options.max_sandboxes
+        runtime = Runtime(config)
     settings = HttpSettings(
         host=host,
         port=port,

@@ -68,12 +68,13 @@ def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
     return capsule_paths(capsule_dirs)
 
 
-def make_runtime(capsule_dirs: tuple[Path, ...], principal: str | None):
+def make_runtime(capsule_dirs: tuple[Path, ...], principal: str | None, max_sandboxes: int | None = None):
     from astrid.host.runtime import Runtime, RuntimeConfig
 
-    return Runtime(
-        RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal))
-    )
+    config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal))
+    if max_sandboxes is not None:
+        config.max_instances = max_sandboxes
+    return Runtime(config)
 
 
 def _say(message: str) -> None:
@@ -117,6 +118,14 @@ def _say(message: str) -> None:
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS key.")
 @click.option(
+    "--max-sandboxes",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="HTTP: live sandboxes (one per capsule and user) before the least recently used idle one "
+    "is closed [default: 256].",
+)
+@click.option(
     "--resource-tools",
     is_flag=True,
     help="Also offer the resources as two read-only tools (list_resources, read_resource), "
@@ -137,6 +146,7 @@ def mcp_serve(
     tls_cert: str | None,
     tls_key: str | None,
     resource_tools: bool,
+    max_sandboxes: int | None,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
@@ -145,10 +155,16 @@ def mcp_serve(
     and requests wait for them.
     """
     if http_address is None:
-        http_only = {"--tokens": token_file, "--jwks": jwks, "--no-auth": no_auth, "--tls-cert": tls_cert}
+        http_only = {
+            "--tokens": token_file,
+            "--jwks": jwks,
+            "--no-auth": no_auth,
+            "--tls-cert": tls_cert,
+            "--max-sandboxes": max_sandboxes,
+        }
         given = [name for name, value in http_only.items() if value]
         if given:
-            raise UserError(f"{', '.join(given)} only apply with --http [HOST:]PORT")
+            raise UserError(f"{', '.join(given)}: HTTP options, give them with --http [HOST:]PORT")
         _serve_stdio(capsule_dirs, principal, watch, resource_tools)
         return
     from astrid.cli.http_serve import HttpOptions, serve_http
@@ -165,6 +181,7 @@ def mcp_serve(
         tls_cert=tls_cert,
         tls_key=tls_key,
         resource_tools=resource_tools,
+        max_sandboxes=max_sandboxes,
     )
     serve_http(capsule_dirs, principal, watch, options)
 

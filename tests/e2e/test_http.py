@@ -211,3 +211,15 @@ async def test_resource_tools_over_http_act_as_the_tokens_principal(built_intros
             assert isinstance(content, types.TextContent)
             seen[name] = json.loads(content.text)["principal"]
     assert seen == {"hana": "hana", "ivan": "ivan"}
+
+
+async def test_more_users_than_sandboxes_are_all_served(built_introspect, capsule_home, tmp_path):
+    extra = ("--max-sandboxes", "1")
+    with http_server(built_introspect.folder, capsule_home=capsule_home, token_dir=tmp_path, extra=extra) as served:
+        tokens = {name: served.add_token(name) for name in ("kim", "lee", "max")}
+        for _ in range(2):  # each user's sandbox is closed by the next user's, and made again
+            for name, token in tokens.items():
+                with anyio.fail_after(30):
+                    async with http_session(served.url, token) as session:
+                        whoami = await session.read_resource("astrid://whoami")
+                assert json.loads(text_of(whoami))["principal"] == name
