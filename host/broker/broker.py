@@ -30,6 +30,12 @@ in this order, the same for every principal and every arrival order:
 The templates snapshot is fetched only when a URI is not listed (and then
 once per capsule-set generation: it is cached).
 
+Declared freshness (docs/contract.md §5.7): a listed resource or a template
+whose `meta` declares `{"astrid": {"max_age_s": N}}` has its successful reads
+kept for N seconds per (principal, uri, owner source-id) in `read_cache`; the
+key is taken out of the definitions handed out. A capsule-set change and a
+refresh drop a principal's kept reads.
+
 Its front doors (`frontdoor.FrontDoors`) answer front-door clients over the
 bus. Ending a drain early relies on the bus's `Delivery`: `wait()` returns
 once every handler the message reached has finished, and a capsule publishes
@@ -49,6 +55,7 @@ from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
 from astrid.host.broker.describe import RoundResult, merge_round
 from astrid.host.broker.frontdoor import FrontDoors
+from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import DRAIN_BATCH, ReadStatus, drain, owner_silent, resolve
 from astrid.host.broker.templates import TemplatesResult, merge_templates
@@ -106,6 +113,9 @@ class Broker:
         self.participant = participant or BROKER.participant()
         self.limits = limits
         self.cache = SnapshotCache()
+        # Declared-fresh reads; every capsule-set change drops the principal's.
+        self.reads = ReadCache()
+        self.cache.on_invalidate(self.reads.invalidate)
         self.front_doors = FrontDoors(self, trusted_ingress)
         self.stats = BrokerStats()
         self._started = False
@@ -161,8 +171,9 @@ class Broker:
                 return hit
         else:
             # The same refresh for both: whoever forces a new describe round
-            # gets new templates too (on their next use).
+            # gets new templates too (on their next use), and no kept read.
             self.cache.mark_templates_stale(principal)
+            self.reads.invalidate(principal)
         with self.cache.round_lock(principal):
             if not refresh:
                 hit = self.cache.fresh(principal)  # another caller's round just finished
@@ -190,7 +201,8 @@ class Broker:
             snapshot = Snapshot((), {}, stale=True, generation=generation)
             self.cache.store(principal, snapshot)
             return snapshot
-        snapshot = Snapshot(tuple(result.resources), dict(result.owners), stale=False, generation=generation)
+        resources, ages = split_freshness(result.resources, lambda definition: definition.uri)
+        snapshot = Snapshot(resources, dict(result.owners), stale=False, generation=generation, max_age=ages)
         self.cache.store(principal, snapshot)
         return snapshot
 
@@ -288,7 +300,8 @@ class Broker:
             snapshot = TemplateSnapshot((), {}, stale=True, generation=generation)
             self.cache.store_templates(principal, snapshot)
             return snapshot
-        snapshot = TemplateSnapshot(tuple(result.templates), dict(result.owners), stale=False, generation=generation)
+        templates, ages = split_freshness(result.templates, lambda template: template.uri_template)
+        snapshot = TemplateSnapshot(templates, dict(result.owners), stale=False, generation=generation, max_age=ages)
         self.cache.store_templates(principal, snapshot)
         return snapshot
 
@@ -338,9 +351,13 @@ class Broker:
             # listed URI is served by its listed owner and nobody else.
             snapshot = self.snapshot(principal)
         route = self._route(principal, snapshot, uri)
+        kept = self._kept(principal, uri, route)
+        if kept is not None:
+            return kept
+        epoch = self.reads.epoch(principal)
         outcome, status = self._read_once(principal, uri, route)
         if status in (ReadStatus.ANSWERED, ReadStatus.TIMED_OUT, ReadStatus.REFUSED):
-            return outcome
+            return self._keep(principal, uri, route, outcome, epoch)
         if status is ReadStatus.NO_REPLY and route.owner is not None and not route.stale:
             return owner_silent(uri, route.owner, via_template=route.via_template)
 
@@ -352,21 +369,47 @@ class Broker:
         route = self._route(principal, snapshot, uri)
         if route.owner is None:
             return ReadOutcome.fail(FailureCode.NOT_FOUND, f"no capsule serves {uri}")
+        epoch = self.reads.epoch(principal)
         outcome, status = self._read_once(principal, uri, route)
         if status is ReadStatus.NO_REPLY:
             return owner_silent(uri, route.owner, via_template=route.via_template)
-        return outcome
+        return self._keep(principal, uri, route, outcome, epoch)
+
+    def _kept(self, principal: Principal, uri: str, route: _Route) -> FreshRead | None:
+        """A kept read of `uri` from the owner that serves it now, if it declared freshness."""
+        if route.owner is None or route.max_age_s is None or route.stale:
+            return None
+        hit = self.reads.get(principal, uri, route.owner)
+        if hit is not None:
+            log.debug("read of %s for %s served from the read cache (%.1f s left)", uri, principal, hit.max_age_s)
+        return hit
+
+    def _keep(self, principal: Principal, uri: str, route: _Route, outcome: ReadOutcome, epoch: int) -> ReadOutcome:
+        """Keep a successful read whose owner declared freshness, and say how long it stays fresh."""
+        if outcome.error is not None or route.max_age_s is None or route.owner is None or route.stale:
+            return outcome  # a stale route may name an owner that no longer serves the uri: promise nothing
+        if outcome.source_id != route.owner or not outcome.contents:
+            return outcome
+        self.reads.store(principal, uri, route.owner, outcome, route.max_age_s, epoch)
+        if self.reads.epoch(principal) != epoch:
+            return outcome  # the capsule set changed under the read: promise nothing
+        return FreshRead(contents=outcome.contents, source_id=outcome.source_id, max_age_s=route.max_age_s)
 
     def _route(self, principal: Principal, snapshot: Snapshot, uri: str) -> _Route:
         """Who serves `uri` (the precedence in the module docstring)."""
         listed = snapshot.owner_of(uri)
         if listed is not None:
-            return _Route(listed, via_template=False, stale=snapshot.stale)
+            return _Route(listed, via_template=False, stale=snapshot.stale, max_age_s=snapshot.max_age.get(uri))
         templates = self.template_snapshot(principal)
         match = templates.route(uri)
         if match is not None:
             log.debug("read of %s for %s routed to %s by template %s", uri, principal, match.owner, match.template.text)
-            return _Route(match.owner, via_template=True, stale=snapshot.stale or templates.stale)
+            return _Route(
+                match.owner,
+                via_template=True,
+                stale=snapshot.stale or templates.stale,
+                max_age_s=templates.max_age.get(match.template.text),
+            )
         return _Route(None, via_template=False, stale=snapshot.stale or templates.stale)
 
     def _read_once(self, principal: Principal, uri: str, route: _Route) -> tuple[ReadOutcome, ReadStatus]:
@@ -509,3 +552,4 @@ class _Route:
     owner: str | None
     via_template: bool
     stale: bool  # the snapshot that decided it may be out of date
+    max_age_s: float | None = None  # the freshness the owner declared for it (docs/contract.md §5.7)

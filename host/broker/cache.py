@@ -7,11 +7,17 @@ snapshot is never served without a new round first.
 
 The templates snapshot (docs/contract.md §9.3) lives beside the describe
 snapshot and shares its generation counter: the same events invalidate both.
+
+Each snapshot also keeps the freshness its entries declared (`max_age`, from
+their `meta`'s `astrid` key, which the broker strips before storing them).
+Whoever keeps reads by that freshness (the broker's `ReadCache`) registers
+with `on_invalidate` and is told of every capsule-set change.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TypeVar
@@ -29,6 +35,8 @@ class Snapshot:
     owners: dict[str, str] = field(default_factory=dict)
     stale: bool = False
     generation: int = 0
+    # uri -> the max_age_s its definition declared (docs/contract.md §5.7)
+    max_age: dict[str, float] = field(default_factory=dict)
 
     def owner_of(self, uri: str) -> str | None:
         return self.owners.get(uri)
@@ -41,6 +49,8 @@ class TemplateSnapshot:
     owners: dict[str, str] = field(default_factory=dict)
     stale: bool = False
     generation: int = 0
+    # uri_template -> the max_age_s it declared: for every URI it serves
+    max_age: dict[str, float] = field(default_factory=dict)
 
     def owner_of(self, uri_template: str) -> str | None:
         return self.owners.get(uri_template)
@@ -65,6 +75,12 @@ class SnapshotCache:
         self._generations: dict[Principal, int] = {}
         self._global_generation = 0
         self._round_locks: dict[tuple[str, Principal], threading.Lock] = {}
+        self._listeners: list[Callable[[Principal | None], None]] = []
+
+    def on_invalidate(self, listener: Callable[[Principal | None], None]) -> None:
+        """Call `listener(principal)` (None: everyone) after every `invalidate`."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def _current(self, principal: Principal) -> int:
         return self._global_generation + self._generations.get(principal, 0)
@@ -136,6 +152,9 @@ class SnapshotCache:
                 self._generations[principal] = self._generations.get(principal, 0) + 1
             _stale(self._snapshots, principal)
             _stale(self._templates, principal)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(principal)
 
     def round_lock(self, principal: Principal, kind: str = "describe") -> threading.Lock:
         """One round of a kind at a time per principal (concurrent lists coalesce)."""

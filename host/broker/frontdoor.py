@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import ValidationError
 
 from astrid.host.broker.complete import CompletionOutcome
+from astrid.host.broker.read_cache import max_age_of
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Binding, BusError, Message, Principal
 from astrid.host.bus.topics import is_clean_segment
@@ -179,7 +180,13 @@ class FrontDoors:
         )
 
     def _reply_read(self, req_id: str, uri: str, outcome: ReadOutcome, principal: Principal) -> None:
-        reply = ReadResourceReply(req_id=req_id, uri=uri, contents=list(outcome.contents), error=outcome.error)
+        reply = ReadResourceReply(
+            req_id=req_id,
+            uri=uri,
+            contents=list(outcome.contents),
+            error=outcome.error,
+            max_age_s=max_age_of(outcome),
+        )
         try:
             self.broker.bus.publish(self.broker.participant, reply_topic(req_id), reply.to_json(), principal)
         except BusError as exc:

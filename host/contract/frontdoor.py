@@ -70,6 +70,9 @@ class ReadResourceReply(WireModel):
     uri: str
     contents: list[ResourceChunk] = []
     error: FrontDoorFailure | None = None
+    # How long the contents stay fresh, in seconds, when the owner declared
+    # it (docs/contract.md §5.7); never set with `error`.
+    max_age_s: float | None = Field(default=None, gt=0)
 
 
 class ListTemplatesRequest(_Request):

@@ -315,7 +315,9 @@ class AstridMcpServer:
             ) from None
         if not contents:
             raise MCPError(code=types.INTERNAL_ERROR, message="the capsule returned no contents", data={"uri": uri})
-        return types.ReadResourceResult(contents=contents, ttl_ms=READ_TTL_MS, cache_scope="private")
+        # The owner's declared freshness (docs/contract.md §5.7), else none.
+        ttl_ms = max(1, int(reply.max_age_s * 1000)) if reply.max_age_s else READ_TTL_MS
+        return types.ReadResourceResult(contents=contents, ttl_ms=ttl_ms, cache_scope="private")
 
     async def _on_templates(
         self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None

@@ -132,16 +132,27 @@ class Family:
     stays silent, so the broker reports an unknown URI).
     """
 
-    def __init__(self, prefix: str, handler, mime_type=None, annotations=None, icons=(), meta=None) -> None:
+    def __init__(
+        self, prefix: str, handler, mime_type=None, annotations=None, icons=(), meta=None, max_age_s=None
+    ) -> None:
         self.prefix = check_uri(prefix)
         self.handler = handler
         self.mime_type = mime_type
         self.annotations = annotations
         self.icons = icons
         self.meta = meta
+        self.max_age_s = max_age_s
         self._lister = None
         # Validate the defaults once, at import (= build) time.
-        Resource(self.prefix + "x", "x", mime_type=mime_type, annotations=annotations, icons=icons, meta=meta)
+        Resource(
+            self.prefix + "x",
+            "x",
+            mime_type=mime_type,
+            annotations=annotations,
+            icons=icons,
+            meta=meta,
+            max_age_s=max_age_s,
+        )
 
     def __call__(self, ctx, uri):
         return self.handler(ctx, uri)
@@ -168,6 +179,8 @@ class Family:
         if isinstance(item, Resource):
             if self.key_of(item.uri) is None:
                 raise DefinitionError(f"{item.uri} is not a member of the family {self.prefix}")
+            if self.max_age_s is not None and item.max_age_s is None:
+                return item.with_max_age(self.max_age_s)  # the family's freshness covers its members
             return item
         if isinstance(item, str):
             uri = item if item.startswith(self.prefix) else self.prefix + item
@@ -181,6 +194,7 @@ class Family:
                 annotations=self.annotations,
                 icons=self.icons,
                 meta=self.meta,
+                max_age_s=self.max_age_s,
             )
         raise DefinitionError(f"a family member must be Resource or str, not {type(item).__name__}")
 
@@ -361,11 +375,15 @@ class Capsule:
         icons=(),
         meta=None,
         visible=None,
+        max_age_s=None,
     ):
         """Decorate `handler(ctx)` serving one URI, listed in describe.
 
         `visible(ctx) -> bool` (optional) hides the resource from principals
         it returns False for: not listed, and reads stay unanswered.
+        `max_age_s` (optional) lets the host serve a successful read again,
+        per principal, for that many seconds without calling the handler
+        (docs/contract.md §5.7).
         """
 
         def decorate(handler):
@@ -379,6 +397,7 @@ class Capsule:
                 annotations=annotations,
                 icons=icons,
                 meta=meta,
+                max_age_s=max_age_s,
             )
             if definition.uri in self._static:
                 raise DefinitionError(f"{definition.uri} is declared twice")
@@ -387,15 +406,17 @@ class Capsule:
 
         return decorate
 
-    def resource_family(self, prefix: str, *, mime_type=None, annotations=None, icons=(), meta=None):
+    def resource_family(self, prefix: str, *, mime_type=None, annotations=None, icons=(), meta=None, max_age_s=None):
         """Decorate `handler(ctx, uri)` serving every flat URI `prefix + key`.
 
         Returns a `Family`; list members for a principal with `@family.lister`.
         Raise `NotFound` from the handler for a key that does not exist.
+        `max_age_s` applies to every listed member (one that is not listed is
+        never kept by the host).
         """
 
         def decorate(handler) -> Family:
-            family = Family(prefix, handler, mime_type, annotations, icons, meta)
+            family = Family(prefix, handler, mime_type, annotations, icons, meta, max_age_s)
             self._families.append(family)
             # longest prefix first, so a narrower family wins over a wider one
             self._families.sort(key=lambda f: len(f.prefix), reverse=True)
@@ -415,6 +436,7 @@ class Capsule:
         icons=(),
         meta=None,
         visible=None,
+        max_age_s=None,
     ):
         """Decorate `handler(ctx)` serving every URI that matches `uri_template`.
 
@@ -423,7 +445,8 @@ class Capsule:
         Returns a `Template`; complete a variable with `@template.complete("var")`.
         Raise `NotFound` for a URI that does not exist. `visible(ctx) -> bool`
         hides the template from some principals: not listed, reads and
-        completions unanswered.
+        completions unanswered. `max_age_s` (optional) applies to every URI
+        the template serves, as for a resource.
         """
 
         def decorate(handler) -> Template:
@@ -436,6 +459,7 @@ class Capsule:
                 annotations=annotations,
                 icons=icons,
                 meta=meta,
+                max_age_s=max_age_s,
             )
             if any(t.uri_template == definition.uri_template for t in self._templates):
                 raise DefinitionError(f"{definition.uri_template} is declared twice")

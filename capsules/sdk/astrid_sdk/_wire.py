@@ -36,6 +36,11 @@ MAX_MESSAGE_BYTES = 1 * MIB
 MAX_TOPIC_BYTES = 256
 MAX_TEMPLATES_PER_DESCRIBE = 64  # templates per templates-response
 MAX_COMPLETION_VALUES = 100  # values per complete-response (as MCP's completion/complete)
+MAX_AGE_S = 86_400  # the longest declared freshness (max_age_s) the host honours: one day
+
+# The meta key the host reads its own hints from (docs/contract.md §5.7):
+# {"astrid": {"max_age_s": 60}}. The SDK writes it from max_age_s=; user meta may not.
+ASTRID_META_KEY = "astrid"
 
 ROLES = ("user", "assistant")
 THEMES = ("light", "dark")
@@ -98,6 +103,42 @@ def meta_json(meta: object) -> str | None:
         raise DefinitionError(f"meta must be a dict, not {type(meta).__name__}")
     _check_text(encoded, "meta", MAX_META_BYTES)
     return encoded
+
+
+def check_max_age(max_age_s: object) -> int | float | None:
+    """`max_age_s` when it is None or a number of seconds in (0, MAX_AGE_S], else DefinitionError."""
+    if max_age_s is None:
+        return None
+    if isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)):
+        raise DefinitionError(f"max_age_s must be a number of seconds, not {type(max_age_s).__name__}")
+    if not math.isfinite(max_age_s) or not 0 < max_age_s <= MAX_AGE_S:
+        raise DefinitionError(f"max_age_s must be more than 0 and at most {MAX_AGE_S} seconds, not {max_age_s!r}")
+    return max_age_s
+
+
+def freshness_meta(meta: object, max_age_s: object) -> str | None:
+    """The wire `meta`: the user's `meta` plus `{"astrid": {"max_age_s": ...}}` when declared.
+
+    The `astrid` key is the host's (docs/contract.md §5.7): a user meta that
+    holds it is a DefinitionError, so the only way to declare freshness is
+    `max_age_s=`.
+    """
+    encoded = meta_json(meta)
+    age = check_max_age(max_age_s)
+    user = json.loads(encoded) if encoded is not None else {}
+    if ASTRID_META_KEY in user:
+        raise DefinitionError(f"the meta key {ASTRID_META_KEY!r} is reserved for the host (use max_age_s=)")
+    if age is None:
+        return encoded
+    return meta_json({**user, ASTRID_META_KEY: {"max_age_s": age}})
+
+
+def declared_max_age(meta: str | None) -> int | float | None:
+    """The max_age_s a wire `meta` declares, or None."""
+    if meta is None:
+        return None
+    section = json.loads(meta).get(ASTRID_META_KEY)
+    return section.get("max_age_s") if isinstance(section, dict) else None
 
 
 class Annotations:
@@ -197,6 +238,7 @@ class Resource:
         annotations=None,
         icons=(),
         meta=None,
+        max_age_s=None,
     ):
         self.uri = check_uri(uri)
         self.name = _check_text(name if name is not None else uri, "name", MAX_URI_BYTES)
@@ -211,7 +253,20 @@ class Resource:
         if len(icons) > MAX_ICONS:
             raise DefinitionError(f"{len(icons)} icons, over the limit of {MAX_ICONS}")
         self.icons = tuple(icons)
-        self.meta = meta_json(meta)
+        self.meta = freshness_meta(meta, max_age_s)
+
+    @property
+    def max_age_s(self) -> int | float | None:
+        """The freshness this resource declares (from its meta), or None."""
+        return declared_max_age(self.meta)
+
+    def with_max_age(self, max_age_s) -> Resource:
+        """A copy declaring `max_age_s` (a family lends its own to a member that declares none)."""
+        copy = object.__new__(Resource)
+        for slot in Resource.__slots__:
+            setattr(copy, slot, getattr(self, slot))
+        copy.meta = freshness_meta(self.meta, max_age_s)
+        return copy
 
     def to_wire(self) -> dict:
         wire: dict = {"uri": self.uri, "name": self.name}
@@ -246,6 +301,7 @@ class ResourceTemplate:
         annotations=None,
         icons=(),
         meta=None,
+        max_age_s=None,
     ):
         self.uri_template = _check_text(uri_template, "uri_template", MAX_URI_BYTES)
         self.parsed = UriTemplate.parse(self.uri_template)
@@ -258,7 +314,12 @@ class ResourceTemplate:
         if len(icons) > MAX_ICONS:
             raise DefinitionError(f"{len(icons)} icons, over the limit of {MAX_ICONS}")
         self.icons = tuple(icons)
-        self.meta = meta_json(meta)
+        self.meta = freshness_meta(meta, max_age_s)
+
+    @property
+    def max_age_s(self) -> int | float | None:
+        """The freshness this template declares for every URI it serves (from its meta), or None."""
+        return declared_max_age(self.meta)
 
     def to_wire(self) -> dict:
         wire: dict = {"uri_template": self.uri_template, "name": self.name}

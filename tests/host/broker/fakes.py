@@ -91,6 +91,7 @@ class FakeCapsule:
     hang: threading.Event | None = None  # read handler blocks until set
     describes: int = 0
     reads: int = 0
+    read_uris: list[str] = field(default_factory=list)  # every read request's uri, in order
     # -- templates and completion (bound only when one of these is set) --
     # principal name -> template dicts (what the templates round lists)
     templates: dict[str, list[dict]] = field(default_factory=dict)
@@ -153,6 +154,7 @@ class FakeCapsule:
     def _on_read(self, message: Message) -> None:
         self.reads += 1
         request = json.loads(message.payload)
+        self.read_uris.append(request["uri"])
         who = self._principal(message)
         if who is None:
             return
