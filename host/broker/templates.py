@@ -1,8 +1,8 @@
 """The pure core of a templates round, and the template routing rule.
 
 No bus here. `merge_templates` takes the messages a templates round drained
-(in arrival order) and applies docs/contract.md §9.3 in the order of a
-describe round (`describe.merge_round`):
+(in arrival order) and applies docs/contract.md §9.3 with the rules every
+fan-out shares (`merge.merge`):
 
 1. drop replies whose envelope principal is not the invoking principal;
 2. honour at most one reply per envelope source-id (a second is dropped and
@@ -26,21 +26,15 @@ so the pick never depends on arrival order).
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from pydantic import ValidationError
-
+from astrid.host.broker.merge import FanOut, merge
 from astrid.host.bus import Message, Principal
-from astrid.host.contract._base import strip_bad_meta
 from astrid.host.contract.template import ResourceTemplate, TemplatesResponse
 from astrid.host.contract.uri_template import UriTemplate
 from astrid.host.limits import Limits
-
-log = logging.getLogger("astrid.host.broker")
-audit = logging.getLogger("astrid.host.broker.audit")
 
 
 @dataclass(frozen=True)
@@ -83,119 +77,36 @@ class TemplateRoute:
         return (-len(self.template.literal_prefix), self.owner, self.template.text)
 
 
-def _entries(payload: str) -> list[object] | str:
-    """The raw `templates` array of a reply, or why the reply is unusable."""
-    try:
-        data = json.loads(payload)
-    except (ValueError, RecursionError):
-        return "not JSON"
-    if not isinstance(data, dict):
-        return "not a JSON object"
-    templates = data.get("templates")
-    if not isinstance(templates, list):
-        return "no `templates` array"
-    return templates
+def _one_template(entry: object, context: dict[str, Any]) -> ResourceTemplate:
+    # Through TemplatesResponse, so the reply-level rules and the per-entry limits come from the one model.
+    return TemplatesResponse.model_validate({"templates": [entry]}, context=context).templates[0]
 
 
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False, include_input=False)
-    return str(errors[0]["msg"]) if errors else str(exc)
+TEMPLATES = FanOut[ResourceTemplate](
+    round="templates",
+    array="templates",
+    key_name="uri_template",
+    listed_twice="declares",
+    audit_label="resource template collision",
+    validate=_one_template,
+    key=lambda template: template.uri_template,
+    per_reply=lambda limits: limits.templates_per_describe,
+    per_principal=lambda limits: limits.templates_per_principal,
+)
 
 
 def merge_templates(principal: Principal, messages: Iterable[Message], limits: Limits) -> TemplatesResult:
-    result = TemplatesResult(principal)
-    seen: set[str] = set()
-    per_source: dict[str, dict[str, ResourceTemplate]] = {}
-    context = {"limits": limits}
-
-    for message in messages:
-        if message.principal != principal:
-            result.dropped_replies += 1
-            log.warning(
-                "templates reply from %s dropped: attributed to %s, not to the invoking principal %s",
-                message.source_id,
-                message.principal,
-                principal,
-            )
-            continue
-        source = message.source_id
-        if source in seen:
-            result.dropped_replies += 1
-            log.warning("second templates reply from %s in one round dropped (principal %s)", source, principal)
-            continue
-        seen.add(source)
-
-        entries = _entries(message.payload)
-        if isinstance(entries, str):
-            result.dropped_replies += 1
-            log.warning("templates reply from %s dropped: %s", source, entries)
-            continue
-        if len(entries) > limits.templates_per_describe:
-            result.dropped_replies += 1
-            log.warning(
-                "templates reply from %s dropped: %d templates, more than the limit of %d",
-                source,
-                len(entries),
-                limits.templates_per_describe,
-            )
-            continue
-
-        accepted: dict[str, ResourceTemplate] = {}
-        for index, entry in enumerate(entries):
-            entry = strip_bad_meta(entry, limits, f"templates reply from {source}, entry {index}")
-            try:
-                # Through TemplatesResponse, so the reply-level rules and the
-                # per-entry limits come from the one model.
-                template = TemplatesResponse.model_validate({"templates": [entry]}, context=context).templates[0]
-            except ValidationError as exc:
-                result.dropped_entries += 1
-                log.warning("templates reply from %s: entry %d dropped: %s", source, index, _first_error(exc))
-                continue
-            if template.uri_template in accepted:
-                result.dropped_entries += 1
-                log.warning(
-                    "templates reply from %s declares %s twice; the first entry is kept", source, template.uri_template
-                )
-                continue
-            accepted[template.uri_template] = template
-        per_source[source] = accepted
-        result.replied.add(source)
-
-    # Dedup on uri_template: visit sources in lexicographic order so the first
-    # one wins independently of arrival order.
-    chosen: dict[str, ResourceTemplate] = {}
-    for source in sorted(per_source):
-        for text, template in per_source[source].items():
-            winner = result.owners.get(text)
-            if winner is None:
-                result.owners[text] = source
-                chosen[text] = template
-                continue
-            result.collisions.append(TemplateCollision(text, winner, source, principal))
-            audit.warning(
-                "resource template collision: uri_template=%s principal=%s winner=%s loser=%s "
-                "(the lexicographically first source-id wins)",
-                text,
-                principal,
-                winner,
-                source,
-            )
-
-    ordered = [chosen[text] for text in sorted(chosen)]
-    cap = limits.templates_per_principal
-    if len(ordered) > cap:
-        result.capped = len(ordered) - cap
-        log.warning(
-            "principal %s: %d templates over the cap of %d dropped (the last by uri_template order)",
-            principal,
-            result.capped,
-            cap,
-        )
-        for template in ordered[cap:]:
-            result.owners.pop(template.uri_template, None)
-        ordered = ordered[:cap]
-    result.templates = ordered
-    return result
+    merged = merge(TEMPLATES, principal, messages, limits)
+    return TemplatesResult(
+        principal,
+        templates=merged.items,
+        owners=merged.owners,
+        replied=merged.replied,
+        collisions=[TemplateCollision(text, winner, loser, principal) for text, winner, loser in merged.collisions],
+        dropped_replies=merged.dropped_replies,
+        dropped_entries=merged.dropped_entries,
+        capped=merged.capped,
+    )
 
 
 def template_routes(owners: Mapping[str, str]) -> tuple[TemplateRoute, ...]:
