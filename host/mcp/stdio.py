@@ -105,17 +105,23 @@ class _Pending:
 
 
 class _LineWriter:
-    """The wire's writer: one whole line per write, flushed, never interleaved."""
+    """The wire's writer: one whole line per write, flushed, never interleaved.
+
+    Write and flush run in one worker-thread call (one thread hop per line,
+    not two as through `anyio.wrap_file`)."""
 
     def __init__(self, file: io.TextIOWrapper, pending: _Pending) -> None:
-        self._file = anyio.wrap_file(file)
+        self._file = file
         self._lock = anyio.Lock()
         self._pending = pending
 
+    def _write_line(self, text: str) -> None:
+        self._file.write(text)
+        self._file.flush()
+
     async def write(self, text: str) -> None:
         async with self._lock:
-            await self._file.write(text)
-            await self._file.flush()
+            await anyio.to_thread.run_sync(self._write_line, text)
         self._pending.written(text)
 
     async def flush(self) -> None:  # every write already flushed
