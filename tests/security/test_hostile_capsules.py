@@ -415,7 +415,9 @@ def test_a_slow_capsule_just_inside_or_outside_the_read_window(serve, bundled, h
         elapsed = time.perf_counter() - started
         if served_in_time:
             assert reply.error is None and reply.contents[0].text == "slow but here"
-            assert ms / 1000 <= elapsed < window
+            # The capsule waits on the host's whole-millisecond wall clock: it can answer up to 1 ms early
+            # by truncation, and a little more if the clock is being slewed.
+            assert (ms - 2) / 1000 <= elapsed < window
         else:
             assert reply.error is not None and reply.error.code == "timeout" and not reply.contents
             assert window <= elapsed < window + 1.0
