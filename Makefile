@@ -40,11 +40,12 @@ $(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.js
 build-capsules: $(STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs 1>&2
+	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/files 1>&2
 
 # stdio MCP server on the bundled capsules (plus the capsule home); stderr says
 # what is served, `astrid mcp config` how to connect Claude Desktop.
 serve: build-capsules
-	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs
+	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files
 
 test: lint $(TS_STAMP) $(CONFORMANCE_STAMP)
 	$(BIN)/python -m pytest -q

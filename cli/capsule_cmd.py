@@ -1,4 +1,4 @@
-"""`astrid capsule ...` commands: new, build, list."""
+"""`astrid capsule ...` commands: new, build, list (grant and revoke: `grant_cmd`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from astrid.cli.errors import UserError
+from astrid.cli.grant_cmd import capability_lines, grant_store, grants_option
 from astrid.cli.main import capsule
 
 MANIFEST_NAME = "Capsule.toml"
@@ -133,9 +134,11 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     "-v",
     "--verbose",
     is_flag=True,
-    help="Also show each capsule's load time and whether it came from the compile cache.",
+    help="Also show each capsule's load time, whether it came from the compile cache, "
+    "and the capabilities it asks for against what is granted.",
 )
-def capsule_list(paths: tuple[Path, ...], verbose: bool) -> None:
+@grants_option
+def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | None) -> None:
     """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load."""
     try:
         from astrid.host.kernel.loader import CapsuleLoadError, discover_capsules, load_capsule
@@ -171,6 +174,10 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool) -> None:
             if verbose:
                 origin = "compile cache" if loaded.from_cache else "compiled now"
                 click.echo(f"  load: {loaded.load_seconds * 1000:.1f} ms ({origin})")
+        if verbose:
+            granted = grant_store(grants_file).for_capsule(manifest.name)
+            for line in capability_lines(manifest.name, manifest.capabilities, granted):
+                click.echo(line)
         handlers = manifest.handlers()
         for pattern, handler in sorted(handlers.items()):
             click.echo(f"  handler: {pattern} -> {handler}")

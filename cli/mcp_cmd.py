@@ -244,6 +244,7 @@ def _announce(runtime, watch: bool, hint: str) -> None:
         return
     _say(ready)
     _say(hint)
+    runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
     if watch and runtime.config.capsule_paths:
         runtime.watch_folders()
         _say("watching the capsule folders; a rebuilt capsule is reloaded")

@@ -58,5 +58,9 @@ class AuthConfigError(AstridError, ValueError):
     """An auth setting that cannot be used safely (e.g. a JWKS URL over plain http); the message says the fix."""
 
 
+class GrantError(AstridError):
+    """A grant that cannot be made, or a grants file that cannot be used (the message says the fix)."""
+
+
 class TokenError(AstridError):
     """A bearer-token file that cannot be used, or a refused token change (the message says which, and the fix)."""

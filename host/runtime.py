@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,7 +34,7 @@ from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.topics import BROKER, CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT
 from astrid.host.errors import BackendNotReady
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher
+from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher
 
 log = logging.getLogger("astrid.host.runtime")
 
@@ -48,6 +48,9 @@ class RuntimeConfig:
     # Live sandboxes (one per capsule and principal) before the least recently used
     # idle one is closed; its next call re-instantiates (see docs/performance.md).
     max_instances: int = 256
+    # The operator's grants and the kv store (docs/capabilities.md); None: the user's.
+    grants_file: Path | None = None
+    kv_file: Path | None = None
 
 
 @dataclass
@@ -77,6 +80,8 @@ class CapsuleKernel(Protocol):
     def bus(self) -> Bus: ...
 
     def watch_principal(self, name: str) -> Principal: ...
+    def mount_folders(self) -> Mapping[Path, frozenset[Principal]]: ...
+    def announce(self, principals: Iterable[Principal] | None = None) -> None: ...
     def start(self) -> Iterable[Any]: ...
     def reload(self) -> Iterable[Any]: ...
     def close(self) -> None: ...
@@ -95,6 +100,8 @@ def _real_kernel(config: RuntimeConfig) -> CapsuleKernel:
             cache_dir=config.cache_dir,
             limits=config.limits,
             max_instances=config.max_instances,
+            grants_file=config.grants_file,
+            kv_file=config.kv_file,
         )
     )
 
@@ -117,6 +124,7 @@ class Runtime:
         self._ready = threading.Event()
         self._error: str | None = None
         self._watcher: FolderWatcher | None = None
+        self._mount_watcher: MountWatcher | None = None
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -190,6 +198,24 @@ class Runtime:
             self._watcher.start()
         return self._watcher
 
+    def watch_mounts(self, interval_s: float = WATCH_INTERVAL_S) -> MountWatcher:
+        """Freshness of live data: a change under a folder granted as an fs mount
+        re-announces the capsule set to the principals using it, so their
+        resource lists are described again (and clients get list_changed when
+        the URIs changed). Reads need no watch: they always see the file."""
+        if self._mount_watcher is None:
+            self.wait_ready(600)
+            kernel = self.kernel
+            assert kernel is not None  # ready means started
+            self._mount_watcher = MountWatcher(kernel.mount_folders, self._on_mounts_changed, interval_s)
+            self._mount_watcher.start()
+        return self._mount_watcher
+
+    def _on_mounts_changed(self, principals: frozenset[Principal]) -> None:
+        if self.kernel is not None and not self._closed:
+            log.info("files under granted mounts changed; describing again for %d principal(s)", len(principals))
+            self.kernel.announce(principals)
+
     def _on_folders_changed(self) -> None:
         if not self.ready:
             return
@@ -206,6 +232,8 @@ class Runtime:
         self._closed = True
         if self._watcher is not None:
             self._watcher.stop()
+        if self._mount_watcher is not None:
+            self._mount_watcher.stop()
         if self.broker is not None:
             self.broker.close()
         if self.kernel is not None:

@@ -17,9 +17,10 @@ CACHE_DIR_ENV = "ASTRID_CACHE_DIR"
 BUILD_CACHE_ENV = "ASTRID_BUILD_CACHE_DIR"
 CACHE_KEY_ENV = "ASTRID_CACHE_KEY_FILE"
 CONFIG_DIR_ENV = "ASTRID_CONFIG_DIR"
+DATA_DIR_ENV = "ASTRID_DATA_DIR"
 # Every place setting: a client starts its server with a minimal environment,
 # so `astrid mcp config` hands these on.
-PATH_SETTINGS = (CAPSULE_HOME_ENV, CACHE_DIR_ENV, BUILD_CACHE_ENV, CACHE_KEY_ENV, CONFIG_DIR_ENV)
+PATH_SETTINGS = (CAPSULE_HOME_ENV, CACHE_DIR_ENV, BUILD_CACHE_ENV, CACHE_KEY_ENV, CONFIG_DIR_ENV, DATA_DIR_ENV)
 
 
 def path_setting(env: str, default: Path) -> Path:
@@ -41,8 +42,31 @@ def default_token_file() -> Path:
     (Linux `~/.config/astrid/tokens.json`, macOS
     `~/Library/Application Support/astrid/tokens.json`, Windows
     `%LOCALAPPDATA%\\astrid\\tokens.json`): the bearer tokens of `astrid mcp token`."""
+    return config_dir() / "tokens.json"
+
+
+def default_grants_file() -> Path:
+    """`$ASTRID_CONFIG_DIR/grants.json`, else the user config dir + `grants.json`:
+    what the operator granted each capsule (`astrid capsule grant`)."""
+    return config_dir() / "grants.json"
+
+
+def config_dir() -> Path:
+    """`$ASTRID_CONFIG_DIR`, else the user config dir (Linux `~/.config/astrid`)."""
     default = Path(platformdirs.user_config_dir("astrid", appauthor=False))
-    return path_setting(CONFIG_DIR_ENV, default).expanduser() / "tokens.json"
+    return path_setting(CONFIG_DIR_ENV, default).expanduser()
+
+
+def data_dir() -> Path:
+    """`$ASTRID_DATA_DIR`, else the user data dir (Linux `~/.local/share/astrid`):
+    durable state such as the capsules' key-value store (`kv.sqlite3`)."""
+    default = Path(platformdirs.user_data_dir("astrid", appauthor=False))
+    return path_setting(DATA_DIR_ENV, default).expanduser()
+
+
+def default_kv_file() -> Path:
+    """The capsules' key-value store: `data_dir()` + `kv.sqlite3`."""
+    return data_dir() / "kv.sqlite3"
 
 
 def default_principal() -> str | None:

@@ -9,6 +9,7 @@ on a machine pays for them. The helpers these fixtures use live in
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ from tests.support.paths import FIXTURES, REPO
 CACHE_ROOT = Path(os.environ.get("ASTRID_TEST_CACHE", REPO / ".cache"))
 os.environ.setdefault("ASTRID_CACHE_DIR", str(CACHE_ROOT / "components"))
 os.environ.setdefault("ASTRID_BUILD_CACHE_DIR", str(CACHE_ROOT / "builds"))
+# The user's own grants, tokens and kv state never reach a test (nor a server it starts).
+_USER_DIRS = Path(tempfile.mkdtemp(prefix="astrid-test-user-"))
+os.environ.setdefault("ASTRID_CONFIG_DIR", str(_USER_DIRS / "config"))
+os.environ.setdefault("ASTRID_DATA_DIR", str(_USER_DIRS / "data"))
 
 
 @pytest.fixture

@@ -8,8 +8,11 @@ The rules (docs/design.md, "Layer rules"):
   root (`runtime`) that wires them together;
 - `auth` (principal names, bearer-token sources) imports no other layer, and
   only `mcp` and the composition root may import it;
+- `capabilities` (fs, kv, http and the operator's grants) imports no other
+  layer; only the kernel, which links them into capsules, and the composition
+  root use it;
 - the foundation modules beside them (errors, limits, settings, version,
-  toolpaths) import no layer at all;
+  toolpaths, owner_file) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host.
 
 Imports inside functions and under TYPE_CHECKING count too: a layer that
@@ -27,16 +30,19 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = REPO / "host"
 SDK = REPO / "capsules" / "sdk"
 
-LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth")
+LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities")
 FORBIDDEN: dict[str, set[str]] = {
-    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
-    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
+    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     "kernel": {"broker", "mcp", "build", "runtime", "watch", "auth"},
-    "broker": {"kernel", "mcp", "build", "runtime", "watch", "auth"},
-    "mcp": {"kernel", "broker", "build", "runtime", "watch"},
-    "build": {"broker", "mcp", "runtime", "watch", "auth"},
-    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch"},
-    **{foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths")},
+    "broker": {"kernel", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "mcp": {"kernel", "broker", "build", "runtime", "watch", "capabilities"},
+    "build": {"broker", "mcp", "runtime", "watch", "auth", "capabilities"},
+    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities"},
+    "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
+    **{
+        foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths", "owner_file")
+    },
 }
 
 

@@ -10,18 +10,12 @@ The server re-reads the file when it changes on disk (inode, size, mtime,
 ctime, mode, owner), so `astrid mcp token revoke` takes effect on the next
 request without a restart; while it is unchanged a check costs one `stat`.
 
-The file is JSON (`{"version": 1, "tokens": [{"name", "sha256", "created"}]}`),
-written atomically (a temp file in the same folder, then `os.replace`) with
-mode 0600; a folder astrid creates for it gets mode 0700. Changes from two
-processes at once are serialised by an advisory lock (`.tokens.json.lock`).
-
-Whoever can write the file can let themselves in, so on POSIX astrid refuses
-(a `TokenError` naming the fix, never a traceback) a token file that is not
-owned by the user running astrid or that anyone else may read or write (like
-ssh with a private key: reading reveals who may log in, and a loose mode is
-usually a mistake), and a folder that others may write to (they could put
-their own file in its place). On Windows the user profile's ACLs guard the
-config dir and no check is made. A missing file means no tokens; a corrupt
+The file is JSON (`{"version": 1, "tokens": [{"name", "sha256", "created"}]}`)
+and an `OwnerOnlyFile` (`host/owner_file.py`): written atomically with mode
+0600, changes from two processes serialised by a lock, and refused (a
+`TokenError` naming the fix, never a traceback) when someone other than its
+owner could read or replace it, since whoever writes it can let themselves
+in. A missing file means no tokens; a corrupt
 one is refused, never guessed at.
 """
 
@@ -31,10 +25,7 @@ import builtins
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import stat
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,17 +36,12 @@ from typing import Any
 
 from astrid.host.auth.principal import principal_problem
 from astrid.host.errors import TokenError
+from astrid.host.owner_file import OwnerOnlyFile, Signature
 
 TOKEN_BYTES = 32  # 256 bits of randomness per token
 TOKEN_MAX = 1024  # a longer bearer string is not one of ours: refused without hashing it
 FILE_VERSION = 1
-_POSIX = os.name == "posix"
 _HEX = frozenset("0123456789abcdef")
-
-try:  # POSIX: serialise read-modify-write cycles across processes
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -76,17 +62,14 @@ class _Stored:
         return {"name": self.name, "sha256": self.digest, "created": self.created.isoformat()}
 
 
-# (inode, size, mtime, ctime, mode, owner): any write, replace or chmod changes one of them
-_Signature = tuple[int, int, int, int, int, int]
-
-
 class TokenStore:
     """The token file at `path`: add, list and revoke tokens, and find the principal of a presented token."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._loaded: tuple[_Signature | None, tuple[_Stored, ...]] | None = None
+        self._file = OwnerOnlyFile(self.path, noun="token file", stakes="who may log in", error=TokenError)
+        self._loaded: tuple[Signature | None, tuple[_Stored, ...]] | None = None
 
     # -- checking a token (the server's side) -------------------------------------------
 
@@ -136,7 +119,7 @@ class TokenStore:
 
     def _entries(self) -> tuple[_Stored, ...]:
         """The entries on disk now: one `stat` when the file is unchanged, else a checked re-read."""
-        signature = _signature_of(self.path)
+        signature = self._file.signature()
         loaded = self._loaded
         if loaded is not None and loaded[0] == signature:
             return loaded[1]
@@ -144,133 +127,24 @@ class TokenStore:
             self._loaded = self._read()
             return self._loaded[1]
 
-    def _read(self) -> tuple[_Signature | None, tuple[_Stored, ...]]:
-        try:
-            with self.path.open("rb") as source:
-                status = os.fstat(source.fileno())
-                _check_file(self.path, status)
-                raw = source.read()
-        except FileNotFoundError:
-            return None, ()
-        except OSError as exc:
-            raise TokenError(
-                f"cannot read the token file {self.path}: {exc.strerror or exc}; check its permissions"
-            ) from None
-        return _signature(status), _parse(self.path, raw)
+    def _read(self) -> tuple[Signature | None, tuple[_Stored, ...]]:
+        signature, raw = self._file.read()
+        return signature, (() if raw is None else _parse(self.path, raw))
 
     @contextmanager
     def _changing(self) -> Iterator[builtins.list[_Stored]]:
         """A fresh copy of the entries to change in place; written back atomically unless the block raises."""
-        _ensure_folder(self.path.parent)
-        try:
-            _check_folder(self.path.parent)
-        except OSError as exc:
-            raise TokenError(f"cannot use the folder {self.path.parent}: {exc.strerror or exc}") from None
-        with _file_lock(self.path), self._lock:
+        with self._file.locked(), self._lock:
             _, current = self._read()
             entries = builtins.list(current)
             yield entries
             if entries != builtins.list(current):
-                self._write(entries)
+                self._file.write_json({"version": FILE_VERSION, "tokens": [entry.as_json() for entry in entries]})
             self._loaded = None
-
-    def _write(self, entries: builtins.list[_Stored]) -> None:
-        document = {"version": FILE_VERSION, "tokens": [entry.as_json() for entry in entries]}
-        try:
-            fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")  # 0600
-        except OSError as exc:
-            raise TokenError(f"cannot write the token file {self.path}: {exc.strerror or exc}") from None
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(document, out, indent=2)
-                out.write("\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, self.path)
-        except OSError as exc:
-            raise TokenError(f"cannot write the token file {self.path}: {exc.strerror or exc}") from None
-        finally:
-            Path(temp).unlink(missing_ok=True)
 
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _signature(status: os.stat_result) -> _Signature:
-    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_mode, status.st_uid)
-
-
-def _signature_of(path: Path) -> _Signature | None:
-    try:
-        return _signature(os.stat(path))
-    except OSError:  # missing (or unreadable: the re-read says why)
-        return None
-
-
-# -- who may change the file ----------------------------------------------------------------
-
-
-def _check_file(path: Path, status: os.stat_result) -> None:
-    """Refuse a token file someone else could have written, or may read (POSIX; see the module docstring)."""
-    if not _POSIX:
-        return
-    me = os.getuid()
-    if status.st_uid != me:
-        raise TokenError(
-            f"the token file {path} belongs to uid {status.st_uid}, not to you (uid {me}): "
-            "whoever owns it decides who may log in; use a token file of your own"
-        )
-    if status.st_mode & 0o077:
-        raise TokenError(
-            f"the token file {path} is open to other users (mode {stat.filemode(status.st_mode)}): "
-            f"run `chmod 600 {path}`"
-        )
-    _check_folder(path.parent)
-
-
-def _check_folder(folder: Path) -> None:
-    """Refuse a folder others may write to: they could put a token file of their own in its place."""
-    if not _POSIX:
-        return
-    status = os.stat(folder)
-    if status.st_uid not in (os.getuid(), 0) or status.st_mode & 0o022:
-        raise TokenError(
-            f"the folder {folder} of the token file may be written by other users "
-            f"(owner uid {status.st_uid}, mode {stat.filemode(status.st_mode)}), who could replace the file: "
-            f"run `chmod 700 {folder}`, or keep the tokens in a folder of your own"
-        )
-
-
-def _ensure_folder(folder: Path) -> None:
-    """Create the token file's folder (mode 0700) when it does not exist yet."""
-    if folder.is_dir():
-        return
-    try:
-        folder.mkdir(parents=True, mode=0o700)
-        os.chmod(folder, 0o700)  # whatever the umask
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise TokenError(f"cannot create the folder {folder} for the token file: {exc.strerror or exc}") from None
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An advisory lock beside the token file, so two `astrid mcp token` runs never lose each other's change."""
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    lock_path = path.with_name(f".{path.name}.lock")
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise TokenError(f"cannot create the lock file {lock_path}: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 # -- the format -----------------------------------------------------------------------------

@@ -156,7 +156,11 @@ def resolve(
 
 
 def owner_silent(uri: str, owner: str, *, via_template: bool = False) -> ReadOutcome:
-    """The listed (or template) owner finished without answering: its fault, said once."""
+    """The owner finished without answering. A listed owner promised the URI: its
+    fault, said once. A template covers a space of URIs its owner may not all
+    have, and silence is how a capsule says "not mine": so, no such resource."""
+    if via_template:
+        return ReadOutcome.fail(FailureCode.NOT_FOUND, f"{_the_owner(uri, owner, True)} has no such resource", owner)
     return ReadOutcome.fail(
         FailureCode.CAPSULE_ERROR,
         f"{_the_owner(uri, owner, via_template)} finished without answering the read",

@@ -1,4 +1,5 @@
-"""The host side of `astrid:ipc` and `astrid:sys`, linked into every capsule.
+"""The host side of `astrid:ipc` and `astrid:sys`, linked into every capsule
+(with `capability_abi`'s fs, kv and http beside them).
 
 One Linker serves every Store; each import finds the calling instance by its
 Store context. Host imports never raise into the guest: an exception in a
@@ -20,12 +21,16 @@ import itertools
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmtime.component import Component, Linker, Record, ResourceAny, ResourceHost, ResourceType, Variant
 
 from astrid.host.bus import Bus, BusError, IpcErrorCode, Message, Principal, Subscription
+from astrid.host.capabilities.grants import GrantStore
 from astrid.host.kernel import fastpath, wasmtime_patches
+from astrid.host.kernel.capability_abi import CapabilityAbi
+from astrid.host.kernel.wit_values import record
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -69,14 +74,6 @@ def component_of(store: Any) -> Component | None:
     return _store_components.get(store_key(store))
 
 
-def record(**fields: Any) -> Record:
-    """A WIT record; keyword names are snake_case, WIT wants kebab-case."""
-    value = Record()
-    for name, field in fields.items():
-        setattr(value, name.replace("_", "-"), field)
-    return value
-
-
 def attribution(principal: Principal) -> Variant:
     if principal.kind == "system":
         return Variant("system")
@@ -90,7 +87,7 @@ def error(code: str, detail: str | None = None) -> Variant:
 
 
 class HostAbi:
-    def __init__(self, engine: Any, bus: Bus) -> None:
+    def __init__(self, engine: Any, bus: Bus, grants: GrantStore, kv_path: Path) -> None:
         self.bus = bus
         self._instances: dict[int, Instance] = {}
         self._subs: dict[int, tuple[Instance, Subscription]] = {}
@@ -112,6 +109,8 @@ class HostAbi:
                 sys_.add_func("log", self._log)
                 sys_.add_func("get-config", self._get_config)
                 sys_.add_func("clock-ms", self._clock_ms)
+            self.capabilities = CapabilityAbi(grants, kv_path, self._instance)
+            self.capabilities.link(root)
 
     # -- instance registry ---------------------------------------------------
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from astrid.host.bus import Binding, BusError, InMemoryBus, Message, Participant, Principal, host_participant
 from astrid.host.bus.topics import is_clean_segment
+from astrid.host.capabilities.grants import GrantStore, mount_folder, usable
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
 from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX, INVENTORY_REQUEST, KERNEL
 from astrid.host.kernel.abi import HostAbi
@@ -39,6 +40,7 @@ from astrid.host.kernel.reserved import CapsuleParticipant
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.settings import default_grants_file, default_kv_file
 from astrid.host.version import astrid_version
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,10 @@ class KernelConfig:
     cache_dir: Path | None = None
     limits: Limits = DEFAULT_LIMITS
     max_instances: int = DEFAULT_MAX_INSTANCES  # live sandboxes, over all (capsule, principal) pairs (LRU)
+    # What the operator granted capsules, and where kv state lives (docs/capabilities.md);
+    # None: the user's files (settings.default_grants_file, settings.data_dir).
+    grants_file: Path | None = None
+    kv_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,8 @@ class Kernel:
         self.cache = CompileCache(self.config.cache_dir, self.wasm)
         self.dispatcher = PoolDispatcher()
         self.bus = InMemoryBus(self.dispatcher, max_payload_bytes=self.limits.bus_message_bytes)
-        self.abi = HostAbi(self.wasm.engine, self.bus)
+        self.grants = GrantStore(self.config.grants_file or default_grants_file())
+        self.abi = HostAbi(self.wasm.engine, self.bus, self.grants, self.config.kv_file or default_kv_file())
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
         self._failures: dict[Path, FailedSlot] = {}
@@ -116,6 +123,7 @@ class Kernel:
     def close(self) -> None:
         self.sandboxes.close()
         self.dispatcher.close()
+        self.abi.capabilities.close()
 
     def attach_host(self, name: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:
         """A host-native participant (broker, MCP server, test client) with its own source-id."""
@@ -317,16 +325,34 @@ class Kernel:
             ]
         )
 
-    def announce(self) -> None:
-        """Publish the capsule inventory to every watched principal."""
+    def announce(self, principals: Iterable[Principal] | None = None) -> None:
+        """Publish the capsule inventory to `principals` (default: every watched principal)."""
         with self._lock:
-            principals = sorted(self.principals, key=str)
-        for principal in principals:
+            chosen = sorted(self.principals if principals is None else principals, key=str)
+        for principal in chosen:
             try:
                 inventory = self.inventory(principal).to_json()
                 self.bus.publish(self.participant, CAPSULES_LOADED_TOPIC, inventory, principal)
             except BusError as exc:
                 log.error("cannot announce the capsule set to %s: %s", principal, exc)
+
+    def mount_folders(self) -> dict[Path, frozenset[Principal]]:
+        """The folders loaded capsules may read as fs mounts now, each with the
+        watched principals it is granted for (what the mount watcher polls)."""
+        folders: dict[Path, set[Principal]] = {}
+        with self._lock:
+            principals = list(self.principals)
+        for capsule in self.loaded():
+            asked = capsule.manifest.capabilities
+            if not asked.fs:
+                continue
+            granted = usable(self.grants.for_capsule(capsule.name), fs=asked.fs, kv=False, http=())
+            for _, template in granted.fs:
+                for principal in principals:
+                    folder = mount_folder(template, principal.name if principal.is_verified else None)
+                    if folder is not None:
+                        folders.setdefault(folder, set()).add(principal)
+        return {folder: frozenset(users) for folder, users in folders.items()}
 
     def _answer_inventory(self, message: Message) -> None:
         try:

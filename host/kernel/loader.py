@@ -18,7 +18,17 @@ log = logging.getLogger(__name__)
 
 # Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract.md §2).
 SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
-HOST_IMPORTS = frozenset({"astrid:ipc/host@1.0.0", "astrid:sys/host@1.0.0", "astrid:guest/lifecycle@1.0.0"})
+HOST_IMPORTS = frozenset(
+    {
+        "astrid:ipc/host@1.0.0",
+        "astrid:sys/host@1.0.0",
+        "astrid:guest/lifecycle@1.0.0",
+        # the capabilities: linked into every capsule, served only when asked and granted
+        "astrid:fs/host@1.0.0",
+        "astrid:kv/host@1.0.0",
+        "astrid:http/host@1.0.0",
+    }
+)
 TYPE_ONLY_IMPORTS = frozenset({"astrid:guest/lifecycle@1.0.0", "capsule-result"})
 HOOK_EXPORT = "astrid-hook-trigger"
 

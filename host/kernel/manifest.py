@@ -11,6 +11,9 @@
     [resources]          families = ["astrid://docs/"]  (optional routing hint:
                          the URI prefixes this capsule can own; reads for other
                          URIs skip it)
+    [capabilities]       fs = ["notes"], kv = true, http = ["api.example.com"]
+                         (what the capsule asks for; nothing is usable until
+                         the operator grants it: docs/capabilities.md)
 
 Unknown tables are an error naming them; names and topics use the bus grammar.
 """
@@ -72,6 +75,33 @@ class ResourceHints(_Strict):
     families: list[str] = []
 
 
+_HOST = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
+
+
+class CapabilityAsk(_Strict):
+    """What a capsule asks for; the operator's grants decide what it gets."""
+
+    fs: list[str] = []  # mount names: the first segment of every path the capsule reads
+    kv: bool = False
+    http: list[str] = []  # host names or addresses, each optionally with :port
+
+    @field_validator("fs")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        for mount in value:
+            if not _NAME.fullmatch(mount):
+                raise ValueError(f"mount {mount!r} must be 1-64 characters of [a-z0-9_-], starting with a letter/digit")
+        return value
+
+    @field_validator("http")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if not _HOST.fullmatch(host):
+                raise ValueError(f"host {host!r} must be a host name or address, maybe with :port (no scheme, no path)")
+        return value
+
+
 def _check_patterns(table: dict[str, Any], what: str) -> None:
     for pattern in table:
         problem = topic_problem(pattern, pattern=True)
@@ -86,6 +116,7 @@ class Manifest(_Strict):
     publish: dict[str, TopicEntry] = {}
     config: dict[str, Any] = {}
     resources: ResourceHints | None = None
+    capabilities: CapabilityAsk = CapabilityAsk()
 
     @model_validator(mode="before")
     @classmethod
@@ -150,4 +181,6 @@ def parse_manifest(raw: dict[str, Any], path: Path | str = MANIFEST_NAME) -> Man
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top level)"
         message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "not a key this table has (check the spelling; docs/capsules.md lists the manifest's keys)"
         raise ManifestError(f"{path}: {where}: {message}") from None

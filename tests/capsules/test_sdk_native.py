@@ -217,6 +217,38 @@ def test_describe_caps_at_256_resources():
     assert any("only the first 256" in message for _, message in host.logs)
 
 
+def test_a_static_only_describe_is_encoded_once_and_still_refuses_the_unverified():
+    capsule = full_capsule()
+    first, second = RecordingHost(), RecordingHost(caller_value=Caller(principal="bob"))
+    assert capsule.dispatch("describe", b"{}", first) == ("final", "2 resources")
+    assert capsule.dispatch("describe", b"{}", second) == ("final", "2 resources")
+    assert first.published == second.published  # the same reply, whoever asks
+    assert first.published[0][1] is second.published[0][1]  # encoded once: the very same string
+    unverified = RecordingHost(caller_value=Caller(attribution="claimed"))
+    assert capsule.dispatch("describe", b"{}", unverified)[0] == "deny" and not unverified.published
+
+
+def test_a_visible_filter_or_a_lister_makes_every_describe_fresh():
+    capsule = Capsule("filtered")
+    capsule.resource("astrid://filtered/alice-only", visible=lambda ctx: ctx.principal == "alice")(lambda ctx: "x")
+    alice, bob = RecordingHost(), RecordingHost(caller_value=Caller(principal="bob"))
+    capsule.dispatch("describe", b"{}", alice)
+    capsule.dispatch("describe", b"{}", bob)
+    assert len(only_reply(alice, DescribeResponse)[1].resources) == 1
+    assert only_reply(bob, DescribeResponse)[1].resources == []
+    listed = Capsule("listed")
+    names = ["a"]
+    listed.resource_family("astrid://listed/")(lambda ctx, uri: "x").lister(lambda ctx: list(names))
+    before, after = RecordingHost(), RecordingHost()
+    listed.dispatch("describe", b"{}", before)
+    names.append("b")
+    listed.dispatch("describe", b"{}", after)
+    assert [r.uri for r in only_reply(after, DescribeResponse)[1].resources] == [
+        "astrid://listed/a",
+        "astrid://listed/b",
+    ]
+
+
 def test_a_raising_lister_does_not_hide_the_rest():
     capsule = full_capsule()
     family = capsule.resource_family("astrid://full/f/")(lambda ctx, uri: "x")

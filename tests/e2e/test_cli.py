@@ -92,6 +92,8 @@ def test_mcp_config_carries_the_astrid_settings_of_the_shell(tmp_path):
         "ASTRID_CACHE_DIR": str(tmp_path / "cache"),
         "ASTRID_BUILD_CACHE_DIR": str(tmp_path / "builds"),
         "ASTRID_CACHE_KEY_FILE": str(tmp_path / "key"),
+        "ASTRID_CONFIG_DIR": str(tmp_path / "config"),  # the grants and tokens
+        "ASTRID_DATA_DIR": str(tmp_path / "data"),  # the kv state
     }
     result = run("mcp", "config", env={**os.environ, **settings, "UNRELATED": "x"})
     assert result.returncode == 0, result.stderr

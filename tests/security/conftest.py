@@ -42,11 +42,11 @@ def trap_on_load_wasm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def hostile_dir(tmp_path: Path, hostile_wasm: Path) -> Callable[..., Path]:
-    """`hostile_dir(name, mode, **config)`: a hostile capsule folder under tmp/capsules."""
+    """`hostile_dir(name, mode, capabilities="", **config)`: a hostile capsule folder under tmp/capsules."""
     parent = tmp_path / "capsules"
 
-    def make(name: str, mode: str, **config: str | int) -> Path:
-        return make_hostile(parent, name, mode, hostile_wasm, **config)
+    def make(name: str, mode: str, capabilities: str = "", **config: str | int) -> Path:
+        return make_hostile(parent, name, mode, hostile_wasm, capabilities, **config)
 
     return make
 

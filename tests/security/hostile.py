@@ -46,7 +46,8 @@ def hostile_wasm_path() -> Path:
     return cached
 
 
-def hostile_manifest(name: str, mode: str, **config: str | int) -> str:
+def hostile_manifest(name: str, mode: str, capabilities: str = "", **config: str | int) -> str:
+    """The hostile manifest for `name` in `mode`; `capabilities` is the body of a [capabilities] table."""
     text = (HOSTILE / "Capsule.toml").read_text(encoding="utf-8")
     text = text.replace('name = "hostile"', f'name = "{name}"', 1).replace('id = "hostile"', f'id = "{name}"', 1)
     settings = {"mode": mode, "base": f"astrid://{name}/", "suffix": name, **config}
@@ -54,14 +55,15 @@ def hostile_manifest(name: str, mode: str, **config: str | int) -> str:
     lines = [
         f"{key} = {value!r}" if isinstance(value, int) else f'{key} = "{value}"' for key, value in settings.items()
     ]
-    return head + "[config]\n" + "\n".join(lines) + "\n"
+    asked = f"[capabilities]\n{capabilities}\n\n" if capabilities else ""
+    return head + asked + "[config]\n" + "\n".join(lines) + "\n"
 
 
-def make_hostile(parent: Path, name: str, mode: str, wasm: Path, **config: str | int) -> Path:
-    """A copy of the hostile capsule named `name` running `mode`."""
+def make_hostile(parent: Path, name: str, mode: str, wasm: Path, capabilities: str = "", **config: str | int) -> Path:
+    """A copy of the hostile capsule named `name` running `mode` (asking for `capabilities`)."""
     folder = parent / name
     folder.mkdir(parents=True)
-    (folder / "Capsule.toml").write_text(hostile_manifest(name, mode, **config), encoding="utf-8")
+    (folder / "Capsule.toml").write_text(hostile_manifest(name, mode, capabilities, **config), encoding="utf-8")
     shutil.copy(HOSTILE / "app.py", folder / "app.py")  # for the reader; the component is what runs
     shutil.copy(wasm, folder / "hostile.wasm")
     return folder

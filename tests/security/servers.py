@@ -65,9 +65,17 @@ class InProcessServers:
         self.runtimes: list[Runtime] = []
 
     def __call__(
-        self, *folders: Path, principal: str = "alice", limits: Limits | None = None, expect_ok: bool = True
+        self,
+        *folders: Path,
+        principal: str = "alice",
+        limits: Limits | None = None,
+        expect_ok: bool = True,
+        grants_file: Path | None = None,
+        kv_file: Path | None = None,
     ) -> InProcessServer:
-        config = RuntimeConfig(capsule_paths=[Path(f) for f in folders], principal=principal)
+        config = RuntimeConfig(
+            capsule_paths=[Path(f) for f in folders], principal=principal, grants_file=grants_file, kv_file=kv_file
+        )
         if limits is not None:
             config.limits = limits
         runtime = Runtime(config)

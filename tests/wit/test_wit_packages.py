@@ -18,6 +18,9 @@ EXPECTED_PACKAGES = {
     "astrid-bus:resource-template@1.0.0",
     "astrid:ipc@1.0.0",
     "astrid:sys@1.0.0",
+    "astrid:fs@1.0.0",
+    "astrid:kv@1.0.0",
+    "astrid:http@1.0.0",
     "astrid:guest@1.0.0",
     "astrid:capsule@1.0.0",
 }

@@ -26,11 +26,33 @@ or stdout: use `ctx.clock_ms()` and `ctx.log()` instead.
     def file_paths(ctx, prefix):
         return sorted(FILES)  # the SDK keeps those starting with prefix, at most 100
 
+    @capsule.resource("astrid://notes/today", name="today", mime_type="text/markdown")
+    def today(ctx):  # needs `fs = ["notes"]` in Capsule.toml and the operator's grant
+        return ctx.fs.read_text("notes/today.md")
+
     WitWorld = capsule.world()
+
+Live data (docs/capabilities.md): `ctx.fs` (read-only files under granted
+mounts), `ctx.kv` (durable state per principal), `ctx.http` (granted hosts).
+A refusal raises a `HostError` subclass: `NotGranted`, `Denied`,
+`FileNotFound` (also a `NotFound`), `TooLarge`, `QuotaExceeded`,
+`InvalidArgument`.
 """
 
+from astrid_sdk._capabilities import Entry, Response, Stat
 from astrid_sdk._capsule import Capsule, Context, Family, Template
-from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
+from astrid_sdk._errors import (
+    DefinitionError,
+    Denied,
+    FileNotFound,
+    HostError,
+    InvalidArgument,
+    NotFound,
+    NotGranted,
+    QuotaExceeded,
+    RequestError,
+    TooLarge,
+)
 from astrid_sdk._template import UriTemplate
 from astrid_sdk._wire import Annotations, Chunk, Icon, Resource, ResourceTemplate, blob, text
 
@@ -42,14 +64,23 @@ __all__ = [
     "Chunk",
     "Context",
     "DefinitionError",
+    "Denied",
+    "Entry",
     "Family",
+    "FileNotFound",
     "HostError",
     "Icon",
+    "InvalidArgument",
     "NotFound",
+    "NotGranted",
+    "QuotaExceeded",
     "RequestError",
     "Resource",
     "ResourceTemplate",
+    "Response",
+    "Stat",
     "Template",
+    "TooLarge",
     "UriTemplate",
     "blob",
     "text",

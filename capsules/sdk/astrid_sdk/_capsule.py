@@ -29,6 +29,7 @@ import json
 from collections.abc import Callable
 
 from astrid_sdk import _wire
+from astrid_sdk._capabilities import Files, Http, KeyValue
 from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
 from astrid_sdk._wire import Resource, ResourceTemplate, check_uri, clean_segment, dumps, is_clean_segment
 
@@ -62,6 +63,21 @@ class Context:
         self.template: str | None = None  # the uri template being read or completed
         self.params: dict[str, str] = {}  # a template read: the URI's decoded variables
         self.arguments: dict[str, str] = {}  # a completion: the template's variables already given
+
+    @property
+    def fs(self) -> Files:
+        """Read-only files under the mounts granted to this capsule (docs/capabilities.md)."""
+        return Files(self._host)
+
+    @property
+    def kv(self) -> KeyValue:
+        """This capsule's durable key-value state for the calling principal."""
+        return KeyValue(self._host)
+
+    @property
+    def http(self) -> Http:
+        """Outbound HTTP to the hosts granted to this capsule."""
+        return Http(self._host)
 
     def config(self, key: str) -> str | None:
         """A `[config]` value from Capsule.toml as a string, or None when not set."""
@@ -218,9 +234,16 @@ class Template:
         self.handler = handler
         self.visible = visible
         self._completers: dict[str, Callable[..., object]] = {}
+        self._lister = None
 
     def __call__(self, ctx):
         return self.handler(ctx)
+
+    def lister(self, function):
+        """Decorate `function(ctx) -> iterable of Resource` listing URIs this template
+        serves, so describe lists them (a URI it does not match is dropped, logged)."""
+        self._lister = function
+        return function
 
     def complete(self, variable: str):
         """Decorate `function(ctx, prefix) -> list[str]` completing `variable`.
@@ -359,6 +382,9 @@ class Capsule:
         self._by_prefix: list[Template] = []  # longest literal prefix first, then declaration order
         self._handlers: dict[str, object] = {}
         self._counter = 0
+        # The describe reply when it cannot differ between calls (static resources
+        # only, none with `visible`): encoded once, then reused (docs/performance.md).
+        self._constant_describe: tuple[str, int] | None = None
 
     # -- declaring ----------------------------------------------------------
 
@@ -541,6 +567,13 @@ class Capsule:
         caller = self._verified(host)
         if caller is None:
             return "deny", NOT_VERIFIED
+        constant = self._constant_describe
+        if constant is None and self._describe_is_constant():
+            statics = [static.definition for static in self._static.values()]
+            constant = self._constant_describe = self._describe_body(host, statics)
+        if constant is not None:
+            host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, constant[0])
+            return "final", f"{constant[1]} resources"
         ctx = Context(self, host, caller)
         listed: list[Resource] = []
         seen: set[str] = set()
@@ -569,6 +602,32 @@ class Capsule:
                     add(family._member(item))
                 except DefinitionError as exc:
                     self._log(host, "warn", f"describe: dropped a member of {family.prefix}: {exc}")
+        for template in self._templates:
+            if template._lister is None or not self._visible(host, template, ctx, f"describe {template.uri_template}"):
+                continue
+            try:
+                members = list(template._lister(ctx) or ())
+            except Exception as exc:
+                where = template.uri_template
+                self._log(host, "error", f"describe: lister of {where} raised {_describe_exception(exc)}")
+                continue
+            for member in members:
+                if isinstance(member, Resource) and template.match(member.uri) is not None:
+                    add(member)
+                else:
+                    dropped = f"describe: dropped {member!r}, not a Resource {template.uri_template} serves"
+                    self._log(host, "warn", dropped)
+        body, count = self._describe_body(host, listed)
+        host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, body)
+        return "final", f"{count} resources"
+
+    def _describe_is_constant(self) -> bool:
+        """Static resources only, none with `visible`, no lister: every principal gets the same reply."""
+        listers = [f._lister for f in self._families] + [t._lister for t in self._templates]
+        return all(s.visible is None for s in self._static.values()) and all(lister is None for lister in listers)
+
+    def _describe_body(self, host, listed: list[Resource]) -> tuple[str, int]:
+        """The describe reply's JSON and how many resources it lists, within the contract's limits."""
         if len(listed) > _wire.MAX_RESOURCES_PER_DESCRIBE:
             self._log(
                 host,
@@ -582,8 +641,7 @@ class Capsule:
             self._log(host, "warn", f"describe: reply over 1 MiB, dropping the last {drop} resources")
             del listed[-drop:]
             body = dumps(_wire.describe_response(listed))
-        host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, body)
-        return "final", f"{len(listed)} resources"
+        return body, len(listed)
 
     def _route(self, uri: str):
         """(handler kind, target, key) for a URI this capsule serves, else None.

@@ -8,10 +8,13 @@ duck-typed surface below, so the SDK logic stays testable on its own.
 from __future__ import annotations
 
 from componentize_py_types import Err
+from wit_world.imports import astrid_fs_host as fs_host
+from wit_world.imports import astrid_http_host as http_host
 from wit_world.imports import astrid_ipc_host as ipc
+from wit_world.imports import astrid_kv_host as kv_host
 from wit_world.imports import astrid_sys_host as sys_host
 
-from astrid_sdk._errors import HostError
+from astrid_sdk._errors import HostError, capability_error
 
 LEVELS = {
     "trace": sys_host.LogLevel.TRACE,
@@ -120,3 +123,52 @@ class WitHost:
 
     def clock_ms(self) -> int:
         return sys_host.clock_ms()
+
+    # -- the capabilities: every refusal becomes a HostError subclass ----------------
+
+    def fs_read(self, path: str) -> bytes:
+        return _granted(lambda: fs_host.read(path))
+
+    def fs_list(self, path: str) -> list:
+        entries = _granted(lambda: fs_host.list(path))
+        return [(e.name, e.kind.name.lower(), e.size, e.modified_ms) for e in entries]
+
+    def fs_stat(self, path: str) -> tuple:
+        found = _granted(lambda: fs_host.stat(path))
+        return found.kind.name.lower(), found.size, found.modified_ms
+
+    def kv_get(self, key: str) -> bytes | None:
+        try:
+            return kv_host.get(key)
+        except Err as err:
+            code, detail = _code(err.value)
+            if code == "not-found":
+                return None
+            raise capability_error(code, detail) from None
+
+    def kv_set(self, key: str, value: bytes) -> None:
+        _granted(lambda: kv_host.set(key, value))
+
+    def kv_delete(self, key: str) -> None:
+        _granted(lambda: kv_host.delete(key))
+
+    def kv_keys(self, prefix: str) -> list:
+        return _granted(lambda: kv_host.list_keys(prefix))
+
+    def http_fetch(self, method: str, url: str, headers: list, body: bytes | None) -> tuple:
+        request = http_host.Request(
+            method=method,
+            url=url,
+            headers=[http_host.Header(name=str(name), value=str(value)) for name, value in headers],
+            body=body,
+        )
+        response = _granted(lambda: http_host.fetch(request))
+        return response.status, [(h.name, h.value) for h in response.headers], response.body
+
+
+def _granted(call):
+    """Run a capability call; its `error-code` becomes the matching HostError subclass."""
+    try:
+        return call()
+    except Err as err:
+        raise capability_error(*_code(err.value)) from None

@@ -335,15 +335,16 @@ def test_a_template_read_is_served_by_the_template_owner_only(bus, make_broker):
 
     reply = client(ALICE).read_resource("astrid://files/a.md")
 
-    assert reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
+    assert reply.error is not None and reply.error.code is FailureCode.NOT_FOUND and not reply.contents
     assert "src-z" in reply.error.message and "template" in reply.error.message
 
 
-def test_a_silent_template_owner_is_a_capsule_error(bus, make_broker):
+def test_a_silent_template_owner_has_no_such_resource(bus, make_broker):
     FakeCapsule(bus, "owner", templates={"alice": [template(FILES)]}, serve_template_reads=False)
     _, client = make_broker(bus)
     reply = client(ALICE).read_resource("astrid://files/a.md")
-    assert reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
+    assert reply.error is not None and reply.error.code is FailureCode.NOT_FOUND
+    assert "has no such resource" in reply.error.message and not reply.contents
 
 
 def test_a_hanging_template_owner_times_out(threaded_bus, make_broker):

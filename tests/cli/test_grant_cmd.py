@@ -1,0 +1,78 @@
+"""`astrid capsule grant|revoke` and `capsule list -v`, run as a user runs them (the real `astrid`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from astrid.host.capabilities.grants import GrantStore
+from astrid.host.settings import CONFIG_DIR_ENV
+from astrid.host.toolpaths import tool_path
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    return tmp_path / "config"
+
+
+@pytest.fixture
+def astrid(config_dir: Path):
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, CONFIG_DIR_ENV: str(config_dir)}
+        return subprocess.run([tool_path("astrid"), *args], capture_output=True, text=True, timeout=60, env=env)
+
+    return run
+
+
+def test_grant_and_revoke_write_the_grants_file_in_the_config_dir(astrid, config_dir: Path, tmp_path) -> None:
+    result = astrid("capsule", "grant", "files", f"fs:files={tmp_path}", "kv", "http:http://127.0.0.1:8080")
+    assert result.returncode == 0, result.stderr
+    assert f"granted fs:files={tmp_path} to files" in result.stderr
+    grants = GrantStore(config_dir / "grants.json").for_capsule("files")
+    assert grants.specs() == [f"fs:files={tmp_path}", "kv", "http:http://127.0.0.1:8080"]
+    result = astrid("capsule", "revoke", "files", "kv")
+    assert result.returncode == 0 and "revoked kv from files" in result.stderr
+    assert GrantStore(config_dir / "grants.json").for_capsule("files").specs() == [
+        f"fs:files={tmp_path}",
+        "http:http://127.0.0.1:8080",
+    ]
+
+
+def test_a_bad_spec_is_one_line_naming_the_shape(astrid, config_dir: Path) -> None:
+    result = astrid("capsule", "grant", "files", "net:example.com")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fs:MOUNT=PATH, kv, or http:HOST[:PORT]" in lines[0]
+    assert not (config_dir / "grants.json").exists()
+
+
+MANIFEST = """
+[package]
+name = "reader"
+version = "1.0.0"
+
+[[component]]
+id = "reader"
+file = "reader.wasm"
+
+[capabilities]
+fs = ["notes"]
+kv = true
+http = ["api.example.com"]
+"""
+
+
+def test_list_verbose_shows_asked_against_granted(astrid, tmp_path: Path) -> None:
+    folder = tmp_path / "caps" / "reader"
+    folder.mkdir(parents=True)
+    (folder / "Capsule.toml").write_text(MANIFEST)
+    astrid("capsule", "grant", "reader", f"fs:notes={tmp_path}", "fs:other=/srv", "http:api.example.com")
+    result = astrid("capsule", "list", "-v", str(folder))
+    out = result.stdout
+    assert f"fs notes: granted: {tmp_path}" in out
+    assert "kv: not granted (astrid capsule grant reader kv)" in out
+    assert "http api.example.com: granted: api.example.com" in out
+    assert "granted but not asked for (unused): fs:other=/srv" in out

@@ -1,0 +1,123 @@
+"""The grants file: specs in, canonical grants out, asked-and-granted narrowing, reloading."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from astrid.host.capabilities.grants import NO_GRANTS, GrantStore, covers, mount_folder, usable
+from astrid.host.capabilities.http import parse_http_grant
+from astrid.host.errors import GrantError
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> GrantStore:
+    return GrantStore(tmp_path / "config" / "grants.json")
+
+
+def test_a_grant_is_kept_per_capsule_in_canonical_form_in_an_owner_only_file(store: GrantStore, tmp_path) -> None:
+    assert store.grant("files", f"fs:notes={tmp_path}/notes") == f"fs:notes={tmp_path}/notes"
+    assert store.grant("files", "kv") == "kv"
+    assert store.grant("files", "http:API.example.com") == "http:api.example.com"
+    grants = store.for_capsule("files")
+    assert grants.mounts == {"notes": f"{tmp_path}/notes"} and grants.kv
+    assert [g.text() for g in grants.http] == ["api.example.com"]
+    assert store.for_capsule("other") == NO_GRANTS
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    document = json.loads(store.path.read_text())
+    assert document == {
+        "version": 1,
+        "capsules": {"files": {"fs": {"notes": f"{tmp_path}/notes"}, "kv": True, "http": ["api.example.com"]}},
+    }
+
+
+def test_a_relative_path_is_made_absolute_and_principal_is_the_only_placeholder(
+    store: GrantStore, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert store.grant("files", "fs:notes=notes/{principal}") == f"fs:notes={tmp_path}/notes/{{principal}}"
+    with pytest.raises(GrantError, match="only placeholder"):
+        store.grant("files", "fs:notes=/x/{user}")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["fs:notes", "fs:=/x", "fs:../x=/tmp", "fs:Notes=/tmp", "http:", "http:ftp://x", "net:x", "kv:1", ""],
+)
+def test_a_malformed_spec_is_refused_naming_the_shape(store: GrantStore, spec: str) -> None:
+    with pytest.raises(GrantError, match="grant"):
+        store.grant("files", spec)
+    assert not store.path.exists()  # nothing written
+
+
+def test_a_bad_capsule_name_is_refused(store: GrantStore) -> None:
+    with pytest.raises(GrantError, match="capsule name"):
+        store.grant("../x", "kv")
+
+
+def test_revoke_takes_back_one_grant_or_all(store: GrantStore) -> None:
+    store.grant("files", "kv")
+    store.grant("files", "fs:notes=/srv/notes")
+    store.grant("files", "http:http://127.0.0.1:8080")
+    assert store.revoke("files", "http:http://127.0.0.1:8080")
+    assert not store.revoke("files", "http:http://127.0.0.1:8080")
+    assert store.revoke("files", "fs:notes")
+    assert store.for_capsule("files").specs() == ["kv"]
+    assert store.revoke("files", "all")
+    assert store.for_capsule("files") == NO_GRANTS
+    assert json.loads(store.path.read_text())["capsules"] == {}
+
+
+def test_a_server_sees_another_process_grant_and_revoke_without_restart(tmp_path: Path) -> None:
+    path = tmp_path / "grants.json"
+    server, operator = GrantStore(path), GrantStore(path)
+    assert not server.for_capsule("files").kv
+    operator.grant("files", "kv")
+    assert server.for_capsule("files").kv
+    operator.revoke("files", "kv")
+    assert not server.for_capsule("files").kv
+
+
+def test_a_corrupt_or_loose_file_is_refused_never_guessed_at(store: GrantStore) -> None:
+    store.grant("files", "kv")
+    store.path.write_text('{"version": 1, "capsules": {"files": {"fs": {"notes": "relative"}}}}')
+    with pytest.raises(GrantError, match="corrupt"):
+        store.for_capsule("files")
+    store.path.write_text('{"version": 1, "capsules": {}}')
+    os.chmod(store.path, 0o644)
+    with pytest.raises(GrantError, match="chmod 600"):
+        store.for_capsule("files")
+
+
+def test_only_what_is_both_asked_and_granted_is_usable(store: GrantStore) -> None:
+    store.grant("files", "fs:notes=/srv/notes")
+    store.grant("files", "fs:secrets=/srv/secrets")
+    store.grant("files", "kv")
+    store.grant("files", "http:api.example.com")
+    store.grant("files", "http:evil.example.com")
+    granted = store.for_capsule("files")
+    got = usable(granted, fs=["notes", "photos"], kv=False, http=["api.example.com"])
+    assert got.mounts == {"notes": "/srv/notes"}
+    assert not got.kv
+    assert [g.text() for g in got.http] == ["api.example.com"]
+    assert usable(NO_GRANTS, fs=["notes"], kv=True, http=["api.example.com"]).empty()
+
+
+def test_an_asked_port_must_match_the_grant() -> None:
+    assert covers("api.example.com", parse_http_grant("api.example.com:8443"))
+    assert covers("api.example.com:443", parse_http_grant("api.example.com"))
+    assert not covers("api.example.com:8443", parse_http_grant("api.example.com"))
+    assert covers("127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert not covers("127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "a\0b"])
+def test_a_principal_that_cannot_be_one_folder_name_gets_no_per_principal_mount(name: str) -> None:
+    assert mount_folder("/srv/{principal}/notes", name) is None
+    assert mount_folder("/srv/{principal}/notes", None) is None
+    assert mount_folder("/srv/{principal}/notes", "alice") == Path("/srv/alice/notes")
+    assert mount_folder("/srv/shared", None) == Path("/srv/shared")
