@@ -24,6 +24,7 @@ OUT = HERE.parent / "bench-results"
 COUNTS = [int(n) for n in os.environ.get("BENCH_COUNTS", "1,5,20").split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "100"))
 COLD_RUNS = int(os.environ.get("BENCH_COLD_RUNS", "5"))
+HTTP_SECONDS = float(os.environ.get("BENCH_HTTP_SECONDS", "5"))
 
 
 def astrid_exe() -> str:
@@ -46,7 +47,7 @@ def prepare_capsules(root: Path, count: int) -> Path:
         manifest = manifest.replace('name = "bench"', f'name = "bench-{index:02d}"').replace(
             'index = "0"', f'index = "{index:02d}"'
         )
-        manifest += f'\n[resources]\nfamilies = ["astrid://bench/{index:02d}-"]\n'
+        manifest += f'\n[resources]\nfamilies = ["astrid://bench/{index:02d}-", "astrid://bench-fresh/{index:02d}-"]\n'
         (target / "Capsule.toml").write_text(manifest)
     return folder
 
@@ -73,6 +74,7 @@ def run() -> dict:
                     "list_first": summary(colds),
                     "read_text": summary(timings.read_text),
                     "read_blob": summary(timings.read_blob),
+                    "read_fresh": summary(timings.read_fresh),
                     "startup_warm_cache": summary(warm_starts),
                 }
                 if system == "astrid":
@@ -81,6 +83,16 @@ def run() -> dict:
                         [anyio.run(drive, command, {**env, **fresh}, 0, True).startup_s]
                     )
                 results[system][count] = entry
+            if count == min(COUNTS):
+                log(f"K={count}: HTTP concurrency, both servers ...")
+                http = subprocess.run(
+                    python_command("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS)),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results["http"] = json.loads(http.stdout.strip().splitlines()[-1])
+                results["http"]["capsules"] = count
             fanout = subprocess.run(
                 python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
             )
@@ -101,7 +113,7 @@ def run() -> dict:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
             metric: a[metric]["median_ms"] / b[metric]["median_ms"]
-            for metric in ("list_warm", "list_first", "read_text", "read_blob", "startup_warm_cache")
+            for metric in ("list_warm", "list_first", "read_text", "read_blob", "read_fresh", "startup_warm_cache")
         }
     return results
 
@@ -110,7 +122,7 @@ def table(results: dict) -> str:
     rows = ["| metric | K | astrid median (p99) ms | baseline median (p99) ms | ratio |", "|---|---|---|---|---|"]
     for count in results["counts"]:
         a, b, r = results["astrid"][count], results["baseline"][count], results["ratios"][count]
-        for metric in ("list_first", "list_warm", "read_text", "read_blob", "startup_warm_cache"):
+        for metric in ("list_first", "list_warm", "read_text", "read_blob", "read_fresh", "startup_warm_cache"):
             rows.append(
                 f"| {metric} | {count} | {a[metric]['median_ms']:.2f} ({a[metric]['p99_ms']:.2f}) "
                 f"| {b[metric]['median_ms']:.2f} ({b[metric]['p99_ms']:.2f}) | {r[metric]:.2f}x |"
@@ -134,6 +146,15 @@ def table(results: dict) -> str:
             f"{many['first_describe']['median_ms']:.1f} / {many['revisit_describe']['median_ms']:.1f} / "
             f"{many['warm_describe']['median_ms']:.1f} | - | - |"
         )
+    if "http" in results:
+        http = results["http"]
+        for clients, ratio in http["throughput_ratio"].items():
+            a, b = http["astrid"][clients], http["baseline"][clients]
+            rows.append(
+                f"| HTTP reads, {clients} concurrent clients: req/s (p50 / p99 ms) | {http['capsules']} | "
+                f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
+                f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {ratio:.2f}x |"
+            )
     largest = max(results["counts"])
     smallest = min(results["counts"])
     for count in results["counts"]:

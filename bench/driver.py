@@ -18,6 +18,7 @@ class Timings:
     list_warm: list[float] = field(default_factory=list)
     read_text: list[float] = field(default_factory=list)
     read_blob: list[float] = field(default_factory=list)
+    read_fresh: list[float] = field(default_factory=list)  # resources that declare max_age_s
     resources: int = 0
 
 
@@ -44,6 +45,7 @@ async def drive(command: list[str], env: dict[str, str], rounds: int, startup_on
             uris = [r.uri for r in listed.resources]
             texts = [u for u in uris if "-text-" in u] or uris
             blobs = [u for u in uris if "-blob-" in u] or uris
+            fresh = [u for u in uris if "-fresh-" in u] or texts
             for n in range(rounds):
                 t = time.perf_counter()
                 await session.list_resources()
@@ -54,6 +56,9 @@ async def drive(command: list[str], env: dict[str, str], rounds: int, startup_on
                 t = time.perf_counter()
                 await session.read_resource(blobs[n % len(blobs)])
                 timings.read_blob.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await session.read_resource(fresh[n % len(fresh)])
+                timings.read_fresh.append(time.perf_counter() - t)
     return timings
 
 

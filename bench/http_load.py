@@ -1,0 +1,123 @@
+"""Concurrency over HTTP: throughput and latency with 1, 8 and 32 concurrent clients.
+
+Run: python -m bench.http_load CAPSULE_DIR K [SECONDS] -> one JSON object.
+Starts `astrid mcp serve --http` (no auth, loopback, one principal) on the
+K bench capsules in CAPSULE_DIR and the baseline server over HTTP on the same
+K, then for each client count drives both in turn: every client is its own
+MCP session (its own HTTP connection pool) reading the same text resource in
+a loop for SECONDS. The clients run in this process, so both systems share
+the same client-side cost on the same two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+CLIENT_COUNTS = (1, 8, 32)
+URI = "astrid://bench/00-text-0"
+_URL = re.compile(r"(https?://\S+/mcp)")
+
+
+@contextmanager
+def started(command: list[str], ready: str):
+    """Run a server; yield its URL once its stderr has said `ready`."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = None
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + 120
+        for raw in process.stderr:
+            line = raw.decode(errors="replace")
+            found = _URL.search(line)
+            url = url or (found.group(1) if found else None)
+            if ready in line and url:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{command[0]} did not get ready")
+        if url is None:
+            raise RuntimeError(f"{' '.join(command)} exited before serving")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def _client(url: str, seconds: float, latencies: list[float], errors: list[str], gate: anyio.Event) -> None:
+    async with (
+        httpx2.AsyncClient(timeout=30) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await session.read_resource(URI)  # warm: this session's first read is not timed
+        await gate.wait()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started_at = time.perf_counter()
+            try:
+                await session.read_resource(URI)
+            except Exception as exc:
+                errors.append(type(exc).__name__)
+                continue
+            latencies.append(time.perf_counter() - started_at)
+
+
+async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: list[str] = []
+    gate = anyio.Event()
+    started_at = 0.0
+    async with anyio.create_task_group() as tasks:
+        for _ in range(clients):
+            tasks.start_soon(_client, url, seconds, latencies, errors, gate)
+        await anyio.sleep(0.5 + 0.05 * clients)  # let every session initialize and warm up
+        started_at = time.perf_counter()
+        gate.set()
+    elapsed = time.perf_counter() - started_at
+    ordered = sorted(latencies)
+    return {
+        "clients": clients,
+        "requests": len(ordered),
+        "errors": len(errors),
+        "throughput_rps": len(ordered) / elapsed,
+        "p50_ms": statistics.median(ordered) * 1000 if ordered else 0.0,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000 if ordered else 0.0,
+    }
+
+
+def main() -> None:
+    folder, count = Path(sys.argv[1]), int(sys.argv[2])
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
+    astrid = str(Path(sys.executable).parent / "astrid")
+    astrid_cmd = [astrid, "mcp", "serve", "--http", "127.0.0.1:0", "--no-auth", "--principal", "bench"]
+    astrid_cmd += ["--no-watch", "--capsules", str(folder)]
+    baseline_cmd = [sys.executable, "-m", "bench.baseline_server", str(count), "--http", "127.0.0.1:0"]
+    results: dict[str, Any] = {"seconds": seconds, "astrid": {}, "baseline": {}, "throughput_ratio": {}}
+    with started(astrid_cmd, "ready in") as astrid_url, started(baseline_cmd, "baseline serving") as baseline_url:
+        for clients in CLIENT_COUNTS:
+            for system, url in (("baseline", baseline_url), ("astrid", astrid_url)):
+                print(f"http load: {system}, {clients} clients, {seconds:g} s ...", file=sys.stderr, flush=True)
+                results[system][clients] = anyio.run(load, url, clients, seconds)
+            a, b = results["astrid"][clients], results["baseline"][clients]
+            results["throughput_ratio"][clients] = a["throughput_rps"] / b["throughput_rps"]
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
