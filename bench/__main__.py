@@ -93,6 +93,15 @@ def run() -> dict:
                 )
                 results["http"] = json.loads(http.stdout.strip().splitlines()[-1])
                 results["http"]["capsules"] = count
+                log(f"K={count}: over NATS on loopback, against the in-memory bus ...")
+                nats = subprocess.run(
+                    python_command("-m", "bench.nats", str(folder), str(ROUNDS)),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results["nats"] = json.loads(nats.stdout.strip().splitlines()[-1])
+                results["nats"]["capsules"] = count
             fanout = subprocess.run(
                 python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
             )
@@ -154,6 +163,15 @@ def table(results: dict) -> str:
                 f"| HTTP reads, {clients} concurrent clients: req/s (p50 / p99 ms) | {http['capsules']} | "
                 f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
                 f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {ratio:.2f}x |"
+            )
+    if "nats" in results:
+        nats = results["nats"]
+        for metric in ("list_warm", "read_text", "read_blob"):
+            a, b = nats["nats"][metric], nats["in_memory"][metric]
+            rows.append(
+                f"| {metric} over NATS (astrid vs astrid in-memory) | {nats['capsules']} | "
+                f"{a['median_ms']:.2f} ({a['p99_ms']:.2f}) | {b['median_ms']:.2f} ({b['p99_ms']:.2f}) | "
+                f"{nats['ratios'][metric]:.2f}x |"
             )
     largest = max(results["counts"])
     smallest = min(results["counts"])

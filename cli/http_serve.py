@@ -16,6 +16,7 @@ import click
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
     RESOURCE_TOOLS_LINE,
+    BusOptions,
     announce,
     make_runtime,
     resolve_capsule_paths,
@@ -41,6 +42,7 @@ class HttpOptions:
     tls_key: str | None = None
     max_sandboxes: int | None = None
     resource_tools: bool = False  # also offer the resources as two read-only tools
+    bus: BusOptions | None = None  # --bus nats://...: capsules on other hosts too
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -114,13 +116,15 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         raise UserError("--tls-cert and --tls-key go together")
     verifier, auth_line = _verifier(options, host)
     if verifier is None:
-        runtime = make_runtime(capsule_dirs, principal, options.max_sandboxes)
+        runtime = make_runtime(capsule_dirs, principal, options.max_sandboxes, options.bus)
     else:
         if principal is not None:
             raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
         config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
         if options.max_sandboxes is not None:
             config.max_instances = options.max_sandboxes
+        if options.bus is not None:
+            options.bus.apply(config)
         runtime = Runtime(config)
     settings = HttpSettings(
         host=host,

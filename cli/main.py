@@ -41,7 +41,7 @@ def resources() -> None:
 def _register_commands() -> None:
     # Each command group lives in its own module; import them for their side
     # effect of attaching commands to the groups above.
-    from astrid.cli import capsule_cmd, grant_cmd, mcp_cmd, resources_cmd, token_cmd  # noqa: F401
+    from astrid.cli import capsule_cmd, grant_cmd, host_cmd, mcp_cmd, resources_cmd, token_cmd  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

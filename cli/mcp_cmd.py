@@ -68,13 +68,56 @@ def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
     return capsule_paths(capsule_dirs)
 
 
-def make_runtime(capsule_dirs: tuple[Path, ...], principal: str | None, max_sandboxes: int | None = None):
+def make_runtime(
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    max_sandboxes: int | None = None,
+    bus: BusOptions | None = None,
+):
     from astrid.host.runtime import Runtime, RuntimeConfig
 
     config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal))
     if max_sandboxes is not None:
         config.max_instances = max_sandboxes
+    if bus is not None:
+        bus.apply(config)
     return Runtime(config)
+
+
+class BusOptions:
+    """`--bus nats://...` and `--nats-creds FILE`: join capsule hosts over NATS (docs/nats.md)."""
+
+    def __init__(self, url: str | None, credentials: Path | None) -> None:
+        from astrid.host.bus.nats import nats_problem
+
+        if url is None and credentials is not None:
+            raise UserError("--nats-creds goes with --bus nats://HOST:PORT")
+        problem = nats_problem(url) if url is not None else None
+        if problem:
+            raise UserError(f"--bus {problem}")
+        self.url = url
+        self.credentials = str(credentials) if credentials is not None else None
+
+    def apply(self, config) -> None:
+        config.bus_url = self.url
+        config.nats_credentials = self.credentials
+
+
+def bus_options(function):
+    function = click.option(
+        "--nats-creds",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="A NATS credentials (.creds) file for --bus.",
+    )(function)
+    return click.option(
+        "--bus",
+        "bus_url",
+        default=None,
+        metavar="nats://HOST:PORT",
+        help="Join capsule hosts over this NATS server (user:password@ or a token in the URL, or --nats-creds).",
+    )(function)
 
 
 def _say(message: str) -> None:
@@ -131,6 +174,7 @@ def _say(message: str) -> None:
     help="Also offer the resources as two read-only tools (list_resources, read_resource), "
     "so the client's model can fetch context itself.",
 )
+@bus_options
 def mcp_serve(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -147,6 +191,8 @@ def mcp_serve(
     tls_key: str | None,
     resource_tools: bool,
     max_sandboxes: int | None,
+    bus_url: str | None,
+    nats_creds: Path | None,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
@@ -154,6 +200,7 @@ def mcp_serve(
     The server answers `initialize` at once; capsules load in the background
     and requests wait for them.
     """
+    bus = BusOptions(bus_url, nats_creds)
     if http_address is None:
         http_only = {
             "--tokens": token_file,
@@ -165,7 +212,7 @@ def mcp_serve(
         given = [name for name, value in http_only.items() if value]
         if given:
             raise UserError(f"{', '.join(given)}: HTTP options, give them with --http [HOST:]PORT")
-        _serve_stdio(capsule_dirs, principal, watch, resource_tools)
+        _serve_stdio(capsule_dirs, principal, watch, resource_tools, bus)
         return
     from astrid.cli.http_serve import HttpOptions, serve_http
 
@@ -182,17 +229,22 @@ def mcp_serve(
         tls_key=tls_key,
         resource_tools=resource_tools,
         max_sandboxes=max_sandboxes,
+        bus=bus,
     )
     serve_http(capsule_dirs, principal, watch, options)
 
 
-def _serve_stdio(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, resource_tools: bool) -> None:
+def _serve_stdio(
+    capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, resource_tools: bool, bus: BusOptions
+) -> None:
     import anyio
 
     from astrid.host.mcp.server import AstridMcpServer
     from astrid.host.settings import default_capsule_home
 
-    runtime = make_runtime(capsule_dirs, principal)
+    runtime = make_runtime(capsule_dirs, principal, bus=bus)
+    if bus.url is not None:
+        _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
     paths = runtime.config.capsule_paths
     _say(f"serving MCP resources on stdio for principal {runtime.principal!r}")
     if paths:

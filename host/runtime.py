@@ -28,10 +28,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from astrid.host.broker import Broker, FrontDoorClient
-from astrid.host.bus import Bus, Participant, Principal, Subscription
+from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
+from astrid.host.bus.nats import NatsBus
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.topics import BROKER, CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT
+from astrid.host.contract.topics import (
+    BROKER,
+    CAPSULES_LOADED_TOPIC,
+    FRONT_DOOR_CLIENT,
+    HOST_CLUSTER,
+    RESOURCE_REPLIES,
+    RESOURCE_REQUESTS,
+)
 from astrid.host.errors import BackendNotReady
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher
@@ -51,6 +59,10 @@ class RuntimeConfig:
     # The operator's grants and the kv store (docs/capabilities.md); None: the user's.
     grants_file: Path | None = None
     kv_file: Path | None = None
+    # A NATS server joining this process to capsule hosts elsewhere (docs/nats.md);
+    # None: one process, the in-memory bus.
+    bus_url: str | None = None
+    nats_credentials: str | None = None
 
 
 @dataclass
@@ -91,19 +103,48 @@ KernelFactory = Callable[[RuntimeConfig], CapsuleKernel]
 
 
 def _real_kernel(config: RuntimeConfig) -> CapsuleKernel:
+    return make_kernel(config, role="mcp")
+
+
+def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
+    """The kernel of this process: on the in-memory bus, or joined over NATS as
+    `role` ("mcp": the broker's process; "capsules": `astrid host run`)."""
     # Imported here: wasmtime loads only when a runtime starts, not with the CLI.
     from astrid.host.kernel.kernel import Kernel, KernelConfig
 
-    return Kernel(
-        KernelConfig(
-            capsule_paths=list(config.capsule_paths),
-            cache_dir=config.cache_dir,
-            limits=config.limits,
-            max_instances=config.max_instances,
-            grants_file=config.grants_file,
-            kv_file=config.kv_file,
-        )
+    kernel_config = KernelConfig(
+        capsule_paths=list(config.capsule_paths),
+        cache_dir=config.cache_dir,
+        limits=config.limits,
+        max_instances=config.max_instances,
+        grants_file=config.grants_file,
+        kv_file=config.kv_file,
     )
+    url = config.bus_url
+    if url is None:
+        return Kernel(kernel_config)
+
+    def nats_bus(dispatcher: Dispatcher, max_payload_bytes: int) -> NatsBus:
+        return NatsBus(
+            url,
+            role=role,
+            cluster=HOST_CLUSTER,
+            shared=(RESOURCE_REQUESTS, RESOURCE_REPLIES),
+            # the broker's process hears replies; a capsule host hears requests
+            listen=(RESOURCE_REPLIES,) if role == "mcp" else (RESOURCE_REQUESTS,),
+            tracked=(RESOURCE_REQUESTS,),
+            credentials=config.nats_credentials,
+            dispatcher=dispatcher,
+            max_payload_bytes=max_payload_bytes,
+        ).connect()
+
+    kernel_config.bus_factory = nats_bus
+    kernel = Kernel(kernel_config)
+    bus = kernel.bus
+    assert isinstance(bus, NatsBus)
+    bus.capsule_set = lambda: [f"{c.name}@{c.source_id}" for c in kernel.loaded()]
+    bus.on_membership_change = kernel.announce  # the broker re-describes; clients get list_changed
+    return kernel
 
 
 class Runtime:

@@ -264,3 +264,6 @@ class InMemoryBus:
     def unbind_owner(self, source_id: str) -> None:
         """Remove every binding and subscription of a participant (unload)."""
         self.bind_all([], replacing=source_id)
+
+    def close(self) -> None:
+        """Nothing to release in one process (a bus across hosts closes its connection)."""

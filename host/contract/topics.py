@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 
 from astrid.host.bus import Participant, host_participant
+from astrid.host.bus.nats import ClusterTopics
 
 # -- the resource contract (astrid-bus:resource@1.0.0; docs/contract.md §4-§5) --
 DESCRIBE_TOPIC = "resource.v1.request.describe"
@@ -46,6 +47,10 @@ FRONT_DOOR_COMPLETE = "astrid.v1.request.mcp.completion.complete"
 FRONT_DOOR_REPLY_PREFIX = "astrid.v1.response."
 FRONT_DOOR_REPLIES = FRONT_DOOR_REPLY_PREFIX + "*"
 CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
+# Between hosts on NATS (host/bus/nats.py): heartbeats and per-request done reports.
+HOST_CLUSTER = ClusterTopics(
+    pattern="astrid.v1.host.*", heartbeat="astrid.v1.host.heartbeat", done_prefix="astrid.v1.host.done."
+)
 INVENTORY_REQUEST = "astrid.v1.request.capsules"
 INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
 

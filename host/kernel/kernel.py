@@ -20,12 +20,21 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from astrid.host.bus import Binding, BusError, InMemoryBus, Message, Participant, Principal, host_participant
+from astrid.host.bus import (
+    Binding,
+    BusError,
+    Dispatcher,
+    InMemoryBus,
+    Message,
+    Participant,
+    Principal,
+    host_participant,
+)
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.capabilities.grants import GrantStore, mount_folder, usable
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
@@ -58,6 +67,9 @@ class KernelConfig:
     # None: the user's files (settings.default_grants_file, settings.data_dir).
     grants_file: Path | None = None
     kv_file: Path | None = None
+    # The bus, given the kernel's dispatcher and the payload cap; None: an InMemoryBus
+    # (a NatsBus joins other hosts: docs/nats.md).
+    bus_factory: Callable[[Dispatcher, int], InMemoryBus] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,8 @@ class Kernel:
         self.wasm = engine or shared_engine()
         self.cache = CompileCache(self.config.cache_dir, self.wasm)
         self.dispatcher = PoolDispatcher()
-        self.bus = InMemoryBus(self.dispatcher, max_payload_bytes=self.limits.bus_message_bytes)
+        make_bus = self.config.bus_factory or (lambda dispatcher, cap: InMemoryBus(dispatcher, max_payload_bytes=cap))
+        self.bus = make_bus(self.dispatcher, self.limits.bus_message_bytes)
         self.grants = GrantStore(self.config.grants_file or default_grants_file())
         self.abi = HostAbi(self.wasm.engine, self.bus, self.grants, self.config.kv_file or default_kv_file())
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
@@ -124,6 +137,7 @@ class Kernel:
         self.sandboxes.close()
         self.dispatcher.close()
         self.abi.capabilities.close()
+        self.bus.close()
 
     def attach_host(self, name: str, publish: Iterable[str] = (), subscribe: Iterable[str] = ()) -> Participant:
         """A host-native participant (broker, MCP server, test client) with its own source-id."""

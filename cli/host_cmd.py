@@ -1,0 +1,52 @@
+"""`astrid host run`: capsules on this machine, joined to an MCP server elsewhere over NATS.
+
+No MCP here: the kernel runs the capsules and answers the broker's requests
+that reach it over the bus (docs/nats.md).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from astrid.cli.errors import UserError
+from astrid.cli.main import cli
+from astrid.cli.mcp_cmd import BusOptions, bus_options, capsules_option, resolve_capsule_paths
+
+
+@cli.group()
+def host() -> None:
+    """Run capsules for an MCP server on another machine (over NATS)."""
+
+
+@host.command("run")
+@capsules_option
+@bus_options
+def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None) -> None:
+    """Run the capsules in PATHS on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
+    from astrid.host.runtime import RuntimeConfig, make_kernel
+
+    if bus_url is None:
+        raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
+    bus = BusOptions(bus_url, nats_creds)
+    config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
+    bus.apply(config)
+    kernel = make_kernel(config, role="capsules")
+    try:
+        report = kernel.start()
+        loaded = [result.name for result in report if result.ok]
+        failed = [result for result in report if not result.ok]
+        for result in failed:
+            click.echo(f"astrid: capsule {result.folder} not loaded: {result.error}", err=True)
+        shown = bus_url.split("@")[-1]
+        click.echo(f"astrid: hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}", err=True)
+        click.echo("astrid: an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops", err=True)
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        stop.wait()
+    finally:
+        kernel.close()

