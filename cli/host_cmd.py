@@ -6,6 +6,7 @@ that reach it over the bus (docs/nats.md).
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from pathlib import Path
@@ -50,3 +51,28 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
         stop.wait()
     finally:
         kernel.close()
+
+
+@host.command("nats-permissions")
+@capsules_option
+@click.option("--user", default="capsule-host", show_default=True, help="The NATS user the host connects as.")
+def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
+    """Print the nats-server `authorization` entry for a host running the capsules in PATHS.
+
+    The host may publish only what its capsules' manifests allow on the
+    resource topics, plus the bus's own host topics. Add a password (or use
+    nkeys) and put the entry in the server's `authorization { users = [...] }`.
+    """
+    from astrid.host.bus.nats import host_permissions
+    from astrid.host.contract.topics import HOST_CLUSTER, RESOURCE_REPLIES, RESOURCE_REQUESTS
+    from astrid.host.kernel.loader import discover_capsules
+    from astrid.host.kernel.manifest import load_manifest
+
+    folders = discover_capsules(resolve_capsule_paths(capsule_dirs))
+    if not folders:
+        raise UserError("no capsules found: pass --capsules PATH (a capsule folder or a folder of them)")
+    replies = RESOURCE_REPLIES.removesuffix("*")  # only replies cross from a capsule host
+    manifests = [load_manifest(folder) for folder in folders]
+    publish = [pattern for manifest in manifests for pattern in manifest.publish if pattern.startswith(replies)]
+    rules = host_permissions(publish, HOST_CLUSTER, [RESOURCE_REQUESTS])
+    click.echo(json.dumps({"user": user, "password": "CHANGE-ME", "permissions": rules}, indent=2))

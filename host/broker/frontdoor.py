@@ -109,9 +109,8 @@ class FrontDoors:
         started = time.perf_counter()
         try:
             resources = self.broker.listed(message.principal, refresh=request.refresh)
-        except Exception:
-            log.exception("resources.list for %s failed", message.principal)
-            failed = ReadOutcome.fail(FailureCode.INTERNAL, "the broker failed to list resources; see its log")
+        except Exception as exc:
+            failed = ReadOutcome.fail(FailureCode.INTERNAL, _broker_failed("list resources", exc, message.principal))
             reply = ListResourcesReply(req_id=request.req_id, error=failed.error).to_json()
             self._publish_reply(request.req_id, reply, message.principal)
             return
@@ -167,9 +166,8 @@ class FrontDoors:
         else:
             try:
                 outcome = self.broker.read_resource(principal, request.uri)
-            except Exception:
-                log.exception("resource.read %s for %s failed", request.uri, principal)
-                outcome = ReadOutcome.fail(FailureCode.INTERNAL, "the broker failed to read the resource; see its log")
+            except Exception as exc:
+                outcome = ReadOutcome.fail(FailureCode.INTERNAL, _broker_failed("read the resource", exc, principal))
         self._reply_read(req_id, request.uri, outcome, principal)
         log.info(
             "resource.read %s for %s: %s in %.1f ms",
@@ -328,6 +326,16 @@ class FrontDoors:
             self.broker.bus.publish(self.broker.participant, reply_topic(req_id), payload, principal)
         except BusError as exc:
             log.error("cannot publish the reply for %s: %s", req_id, exc)
+
+
+def _broker_failed(what: str, exc: Exception, principal: Principal) -> str:
+    """The failure text for a request the broker could not carry out. A refused bus
+    (e.g. a NATS server that is down) is said as it is, without a traceback."""
+    if isinstance(exc, BusError):
+        log.warning("cannot %s for %s: %s", what, principal, exc)
+        return f"cannot {what} now: {exc}"
+    log.exception("%s for %s failed", what, principal)
+    return f"the broker failed to {what}; see its log"
 
 
 def _with_req_id(payload: str) -> tuple[dict[str, object], str] | None:

@@ -74,6 +74,15 @@ def subject_for(pattern: str) -> str:
     return pattern[:-1] + ">" if pattern.endswith("*") else pattern
 
 
+def host_permissions(publish: Sequence[str], cluster: ClusterTopics, listen: Sequence[str]) -> dict[str, Any]:
+    """The NATS permissions of a capsule host: it may publish what its capsules' manifests allow
+    on the shared topics, plus the bus's own host topics, and hear the requests (`listen`)."""
+    return {
+        "publish": sorted({subject_for(pattern) for pattern in publish} | {subject_for(cluster.pattern)}),
+        "subscribe": sorted({subject_for(p) for p in listen} | {subject_for(cluster.pattern), "_INBOX.>"}),
+    }
+
+
 def nats_problem(url: str) -> str | None:
     """What is wrong with a `--bus` URL (a phrase naming the fix), or None."""
     try:

@@ -8,54 +8,18 @@ apart across processes.
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import anyio
+import mcp.types as types
 import pytest
 
-from tests.support.nats import nats_server
-from tests.support.processes import astrid_exe, server_env
+from tests.support.nats import capsule_host, eventually_listed, free_port, nats_server, stop_nats_on
 from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 DOCS_URI, PROBE_URI = "astrid://docs/index", "astrid://probe/note"
-
-
-@contextmanager
-def capsule_host(url: str, folder: Path, capsule_home: Path, log: Path) -> Iterator[subprocess.Popen]:
-    """`astrid host run --bus URL --capsules FOLDER` until the block ends."""
-    with log.open("a") as errors:
-        process = subprocess.Popen(
-            [astrid_exe(), "host", "run", "--bus", url, "--capsules", str(folder)],
-            env=server_env(capsule_home),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-        )
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-async def eventually_listed(served, wanted: set[str], present: bool = True, timeout_s: float = 20) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        uris = await served.uris()
-        if (wanted <= set(uris)) if present else not (wanted & set(uris)):
-            return uris
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout_s} s the list is {uris}")
-        await anyio.sleep(0.25)
 
 
 async def test_two_hosts_one_server_and_a_host_that_dies_and_comes_back(
@@ -76,10 +40,13 @@ async def test_two_hosts_one_server_and_a_host_that_dies_and_comes_back(
                     assert "astrid" in (await served.text(DOCS_URI)).lower()
 
                     served.rearm()
+                    before = len(changed_notifications(served))
                     probe.__exit__(None, None, None)  # the probe host stops
                     with anyio.fail_after(20):
                         await served.changed.wait()
                     uris = await eventually_listed(served, {PROBE_URI}, present=False)
+                    await anyio.sleep(5)  # past the heartbeat timeout: nothing more may come
+                    assert len(changed_notifications(served)) - before == 1
                     assert DOCS_URI in uris
                     started = time.monotonic()
                     gone = await served.error(PROBE_URI)
@@ -94,6 +61,43 @@ async def test_two_hosts_one_server_and_a_host_that_dies_and_comes_back(
                     assert (await served.text(PROBE_URI)) == "the private note of alice"
             finally:
                 probe.__exit__(None, None, None)
+
+
+def changed_notifications(served) -> list:
+    return [n for n in served.notifications if isinstance(n, types.ResourceListChangedNotification)]
+
+
+async def test_an_outage_of_the_nats_server_fails_requests_fast_and_service_resumes(
+    capsules, capsule_home, tmp_path, stderr_file
+) -> None:
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    with (
+        nats_server(tmp_path, port=port),
+        capsule_host(url, capsules["probe"], capsule_home, tmp_path / "host.log"),
+    ):
+        async with stdio_session(capsule_home=capsule_home, stderr=stderr_file, extra=("--bus", url)) as served:
+            await eventually_listed(served, {PROBE_URI})
+            assert await served.text(PROBE_URI) == "the private note of alice"
+            await anyio.to_thread.run_sync(stop_nats_on, port)  # the outage
+            started = time.monotonic()
+            while True:  # the MCP server notices the drop within moments; then it fails fast
+                error = await served.error(PROBE_URI, timeout_s=10)
+                if "unreachable" in error.error.message:
+                    break
+                assert time.monotonic() - started < 10, error.error.message
+                await anyio.sleep(0.2)
+            assert time.monotonic() - started < 10
+            with nats_server(tmp_path, port=port):  # back on the same port
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        if await served.text(PROBE_URI) == "the private note of alice":
+                            break
+                    except Exception:
+                        pass
+                    assert time.monotonic() < deadline, "service did not resume after the restart"
+                    await anyio.sleep(0.5)
 
 
 async def test_principals_stay_apart_across_processes(capsules, capsule_home, tmp_path, stderr_file) -> None:

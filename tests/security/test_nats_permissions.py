@@ -9,6 +9,7 @@ role may ask), and what the server drops never reaches the MCP process.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from astrid.host.bus.nats import NatsBus
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
 from tests.support.nats import NatsServer, nats_server
+from tests.support.processes import run_astrid
 
 ALICE = Principal.verified("alice")
 REQUESTS, REPLIES = "resource.v1.request.*", "resource.v1.response.*"
@@ -67,3 +69,46 @@ def test_a_capsule_host_cannot_ask_what_only_the_mcp_server_may(server: NatsServ
     finally:
         for bus in (mcp, rogue_host, victim):
             bus.close()
+
+
+MANIFEST = """
+[package]
+name = "narrow"
+version = "0.1.0"
+
+[[component]]
+id = "narrow"
+file = "narrow.wasm"
+
+[publish]
+"resource.v1.response.read.*" = "astrid-bus:resource@1.0.0"
+"resource.v1.request.*" = "opaque"
+"""
+
+
+def test_a_host_may_publish_only_what_its_capsules_manifests_allow(tmp_path: Path) -> None:
+    folder = tmp_path / "caps" / "narrow"
+    folder.mkdir(parents=True)
+    (folder / "Capsule.toml").write_text(MANIFEST)
+    result = run_astrid("host", "nats-permissions", "--capsules", str(folder), "--user", "narrow-host", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    entry = json.loads(result.stdout)
+    assert entry["permissions"]["publish"] == ["astrid.v1.host.>", "resource.v1.response.read.>"]  # no requests
+    entry["password"] = "narrow-secret"
+    with nats_server(tmp_path, secured=True, extra_users=[entry]) as server:
+        mcp = joined(server.url("mcp"), "mcp")
+        narrow = joined(f"nats://narrow-host:narrow-secret@127.0.0.1:{server.port}", "capsules")
+        try:
+            broker = host_participant("broker", "broker-src", subscribe=[REPLIES])
+            capsule = host_participant("capsule", "capsule-src", publish=[REPLIES, REQUESTS])
+            with (
+                mcp.subscribe(broker, "resource.v1.response.read.c1") as reads,
+                mcp.subscribe(broker, "resource.v1.response.templates.c1") as templates,
+            ):
+                narrow.publish(capsule, "resource.v1.response.templates.c1", "{}", ALICE)  # not in its manifest
+                narrow.publish(capsule, "resource.v1.response.read.c1", "{}", ALICE)  # allowed
+                assert reads.recv(5) is not None
+                assert templates.recv(1.0) is None  # the server dropped it
+        finally:
+            mcp.close()
+            narrow.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import anyio
+
+from tests.support.processes import astrid_exe, server_env
 
 # Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer.
 ROLE_PERMISSIONS = {
@@ -51,10 +56,10 @@ class NatsServer:
         return f"nats://{role}:{self.users[role]}@127.0.0.1:{self.port}"
 
 
-def _config(port: int, users: dict[str, str]) -> str:
+def _config(port: int, users: dict[str, str], extra_users: list[dict]) -> str:
     lines = [f"listen: 127.0.0.1:{port}"]
-    if users:
-        entries = []
+    if users or extra_users:
+        entries = [json.dumps(entry) for entry in extra_users]
         for role, password in users.items():
             rules = ROLE_PERMISSIONS[role]
             publish = ", ".join(f'"{s}"' for s in rules["publish"])
@@ -67,16 +72,31 @@ def _config(port: int, users: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_running: dict[int, subprocess.Popen] = {}  # port -> the server a `nats_server` block started
+
+
+def stop_nats_on(port: int) -> None:
+    """Stop the server on `port` now, inside its block (an outage); the block's end is then a no-op."""
+    process = _running.pop(port, None)
+    if process is not None:
+        process.terminate()
+        process.wait(5)
+
+
 @contextmanager
-def nats_server(tmp_path: Path, *, secured: bool = False, port: int | None = None) -> Iterator[NatsServer]:
-    """nats-server on loopback; `secured`: users `mcp` and `capsules` with the role permissions."""
+def nats_server(
+    tmp_path: Path, *, secured: bool = False, port: int | None = None, extra_users: list[dict] | None = None
+) -> Iterator[NatsServer]:
+    """nats-server on loopback; `secured`: users `mcp` and `capsules` with the role permissions;
+    `extra_users`: more `authorization` entries (e.g. from `astrid host nats-permissions`)."""
     users = {"mcp": "mcp-secret", "capsules": "capsules-secret"} if secured else {}
     port = port or free_port()
     config = tmp_path / f"nats-{port}.conf"
-    config.write_text(_config(port, users))
+    config.write_text(_config(port, users, extra_users or []))
     process = subprocess.Popen(
         [nats_server_path(), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    _running[port] = process
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -89,8 +109,42 @@ def nats_server(tmp_path: Path, *, secured: bool = False, port: int | None = Non
                 time.sleep(0.05)
         yield NatsServer(port, users)
     finally:
+        if _running.get(port) is process:
+            del _running[port]
         process.terminate()
         try:
             process.wait(5)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@contextmanager
+def capsule_host(url: str, folder: Path, capsule_home: Path, log: Path) -> Iterator[subprocess.Popen]:
+    """`astrid host run --bus URL --capsules FOLDER` until the block ends."""
+    with log.open("a") as errors:
+        process = subprocess.Popen(
+            [astrid_exe(), "host", "run", "--bus", url, "--capsules", str(folder)],
+            env=server_env(capsule_home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def eventually_listed(served, wanted: set[str], present: bool = True, timeout_s: float = 20) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        uris = await served.uris()
+        if (wanted <= set(uris)) if present else not (wanted & set(uris)):
+            return uris
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout_s} s the list is {uris}")
+        await anyio.sleep(0.25)
