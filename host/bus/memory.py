@@ -174,14 +174,19 @@ class InMemoryBus:
         """Stamp and deliver a message; raises BusError when refused."""
         self._check_publish(sender, topic, payload)
         message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq))
+        return self._deliver(message)
+
+    def _deliver(self, message: Message) -> InMemoryDelivery:
+        """Hand a stamped message (published here, or on another host's bus) to the
+        matching subscriptions and handlers."""
         with self._lock:
-            subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, topic)]
+            self.stats.published += 1  # every message this bus delivered
+            subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
             runs = [
                 (b, message)
                 for b in self._bindings
-                if pattern_matches(b.pattern, topic) and (b.accepts is None or b.accepts(message))
+                if pattern_matches(b.pattern, message.topic) and (b.accepts is None or b.accepts(message))
             ]
-            self.stats.published += 1
         for subscription in subscriptions:
             subscription._offer(message)
         delivery = InMemoryDelivery(message, runs)

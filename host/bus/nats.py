@@ -349,7 +349,7 @@ class NatsBus(InMemoryBus):
             return
         with self._state_lock:
             self._sources[message.source_id] = origin
-        delivery = self._deliver(message)
+        delivery = self._deliver(message)  # as stamped by its host: its ACL was checked there
         if self._is_tracked(topic) and headers.get(H_MSG):
             threading.Thread(
                 target=self._report, args=(delivery, origin, headers[H_MSG]), name="astrid-nats-report", daemon=True
@@ -376,22 +376,6 @@ class NatsBus(InMemoryBus):
         if not source:
             return None
         return Message(topic, payload, source, principal, headers.get(H_TIME) or "", 0)
-
-    def _deliver(self, message: Message) -> InMemoryDelivery:
-        """Deliver a message from another host to this host's subscriptions and handlers."""
-        with self._lock:
-            subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
-            runs = [
-                (b, message)
-                for b in self._bindings
-                if pattern_matches(b.pattern, message.topic) and (b.accepts is None or b.accepts(message))
-            ]
-        for subscription in subscriptions:
-            subscription._offer(message)
-        delivery = InMemoryDelivery(message, runs)
-        if runs:
-            self.dispatcher.dispatch(runs, delivery)
-        return delivery
 
     def _report(self, delivery: InMemoryDelivery, origin: str, message_id: str) -> None:
         delivery.wait(REPORT_WAIT_S)
