@@ -11,8 +11,9 @@ guard the config dir and no check is made.
 Writes are atomic (a temp file in the same folder, then `os.replace`) with
 mode 0600; a folder made for the file gets mode 0700. Read-modify-write cycles
 from two processes at once are serialised by an advisory lock beside the file
-(`.<name>.lock`). `signature()` changes on any write, replace or chmod, so a
-server can re-read the file only when it changed, at the cost of one `stat`.
+(`.<name>.lock`). `current()` keeps the parsed content and re-reads the file
+only when its signature (inode, size, times, mode, owner) changed, at the cost
+of one `stat`, so a server sees another process's change on its next look.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from astrid.host.errors import AstridError
 
@@ -37,17 +39,56 @@ _POSIX = os.name == "posix"
 
 # (inode, size, mtime, ctime, mode, owner): any write, replace or chmod changes one of them
 Signature = tuple[int, int, int, int, int, int]
+Content = TypeVar("Content")
 
 
-class OwnerOnlyFile:
+class OwnerOnlyFile(Generic[Content]):
     """The file at `path`; `noun` names it in errors ("token file"), `stakes` says
-    what its owner decides ("who may log in"), `error` is the exception to raise."""
+    what its owner decides ("who may log in"), `error` is the exception to raise;
+    `parse(path, bytes)` turns its bytes into content (`empty` when it is missing)."""
 
-    def __init__(self, path: Path, *, noun: str, stakes: str, error: type[AstridError]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        noun: str,
+        stakes: str,
+        error: type[AstridError],
+        parse: Callable[[Path, bytes], Content],
+        empty: Content,
+    ) -> None:
         self.path = Path(path)
         self.noun = noun
         self.stakes = stakes
         self.error = error
+        self._parse = parse
+        self._empty = empty
+        self._lock = threading.Lock()
+        self._loaded: tuple[Signature | None, Content] | None = None
+
+    def current(self) -> Content:
+        """The content on disk now: one `stat` while the file is unchanged, else a checked re-read."""
+        signature = self.signature()
+        loaded = self._loaded
+        if loaded is not None and loaded[0] == signature:
+            return loaded[1]
+        with self._lock:
+            self._loaded = self._load()
+            return self._loaded[1]
+
+    @contextmanager
+    def rewriting(self) -> Iterator[Content]:
+        """The content as on disk, under the file's lock, for a read-modify-write cycle:
+        the block writes the new content with `write_json` (or leaves the file as it is)."""
+        with self.locked(), self._lock:
+            try:
+                yield self._load()[1]
+            finally:
+                self._loaded = None  # the next look re-reads whatever the block did
+
+    def _load(self) -> tuple[Signature | None, Content]:
+        signature, raw = self.read()
+        return signature, (self._empty if raw is None else self._parse(self.path, raw))
 
     def signature(self) -> Signature | None:
         """What changes whenever the file does; None when it is missing (or unreadable: `read` says why)."""

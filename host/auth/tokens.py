@@ -26,7 +26,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import Any
 
 from astrid.host.auth.principal import principal_problem
 from astrid.host.errors import TokenError
-from astrid.host.owner_file import OwnerOnlyFile, Signature
+from astrid.host.owner_file import OwnerOnlyFile
 
 TOKEN_BYTES = 32  # 256 bits of randomness per token
 TOKEN_MAX = 1024  # a longer bearer string is not one of ours: refused without hashing it
@@ -67,9 +66,9 @@ class TokenStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
-        self._file = OwnerOnlyFile(self.path, noun="token file", stakes="who may log in", error=TokenError)
-        self._loaded: tuple[Signature | None, tuple[_Stored, ...]] | None = None
+        self._file: OwnerOnlyFile[tuple[_Stored, ...]] = OwnerOnlyFile(
+            self.path, noun="token file", stakes="who may log in", error=TokenError, parse=_parse, empty=()
+        )
 
     # -- checking a token (the server's side) -------------------------------------------
 
@@ -118,29 +117,16 @@ class TokenStore:
     # -- the file -----------------------------------------------------------------------
 
     def _entries(self) -> tuple[_Stored, ...]:
-        """The entries on disk now: one `stat` when the file is unchanged, else a checked re-read."""
-        signature = self._file.signature()
-        loaded = self._loaded
-        if loaded is not None and loaded[0] == signature:
-            return loaded[1]
-        with self._lock:
-            self._loaded = self._read()
-            return self._loaded[1]
-
-    def _read(self) -> tuple[Signature | None, tuple[_Stored, ...]]:
-        signature, raw = self._file.read()
-        return signature, (() if raw is None else _parse(self.path, raw))
+        return self._file.current()
 
     @contextmanager
     def _changing(self) -> Iterator[builtins.list[_Stored]]:
         """A fresh copy of the entries to change in place; written back atomically unless the block raises."""
-        with self._file.locked(), self._lock:
-            _, current = self._read()
+        with self._file.rewriting() as current:
             entries = builtins.list(current)
             yield entries
             if entries != builtins.list(current):
                 self._file.write_json({"version": FILE_VERSION, "tokens": [entry.as_json() for entry in entries]})
-            self._loaded = None
 
 
 def _digest(token: str) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -35,7 +34,7 @@ from typing import Any
 
 from astrid.host.capabilities.http import HttpGrant, parse_http_grant
 from astrid.host.errors import GrantError
-from astrid.host.owner_file import OwnerOnlyFile, Signature
+from astrid.host.owner_file import OwnerOnlyFile
 
 FILE_VERSION = 1
 PRINCIPAL_PLACEHOLDER = "{principal}"
@@ -117,22 +116,16 @@ class GrantStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._file = OwnerOnlyFile(self.path, noun="grants file", stakes="what capsules may reach", error=GrantError)
-        self._lock = threading.Lock()
-        self._loaded: tuple[Signature | None, dict[str, CapsuleGrants]] | None = None
+        self._file: OwnerOnlyFile[dict[str, CapsuleGrants]] = OwnerOnlyFile(
+            self.path, noun="grants file", stakes="what capsules may reach", error=GrantError, parse=_parse, empty={}
+        )
 
     def for_capsule(self, name: str) -> CapsuleGrants:
         return self.all().get(name, NO_GRANTS)
 
     def all(self) -> dict[str, CapsuleGrants]:
         """Every capsule's grants as on disk now: one `stat` while the file is unchanged."""
-        signature = self._file.signature()
-        loaded = self._loaded
-        if loaded is not None and loaded[0] == signature:
-            return loaded[1]
-        with self._lock:
-            self._loaded = self._read()
-            return self._loaded[1]
+        return self._file.current()
 
     def grant(self, capsule: str, spec: str) -> str:
         """Add the grant `spec` for `capsule`; returns it in canonical form."""
@@ -158,20 +151,14 @@ class GrantStore:
                 grants[capsule] = after
         return after != before
 
-    def _read(self) -> tuple[Signature | None, dict[str, CapsuleGrants]]:
-        signature, raw = self._file.read()
-        return signature, ({} if raw is None else _parse(self.path, raw))
-
     @contextmanager
     def _changing(self) -> Iterator[dict[str, CapsuleGrants]]:
-        with self._file.locked(), self._lock:
-            _, current = self._read()
+        with self._file.rewriting() as current:
             grants = dict(current)
             yield grants
             if grants != current:
                 capsules = {name: grants[name].as_json() for name in sorted(grants)}
                 self._file.write_json({"version": FILE_VERSION, "capsules": capsules})
-            self._loaded = None
 
 
 # -- specs --------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.auth import tokens
 from astrid.host.auth.tokens import TOKEN_MAX, TokenEntry, TokenStore
 from astrid.host.errors import AstridError, TokenError
+from astrid.host.owner_file import OwnerOnlyFile
 from astrid.host.settings import CONFIG_DIR_ENV, PATH_SETTINGS, default_token_file
 
 
@@ -105,17 +105,17 @@ def test_an_add_by_another_store_takes_effect_on_the_next_check(token_file: Path
 
 def test_an_unchanged_file_is_not_read_again(store: TokenStore, monkeypatch: pytest.MonkeyPatch) -> None:
     token = store.add("alice")
-    parses: list[bytes] = []
-    real_parse = tokens._parse
+    reads: list[object] = []
+    real_read = OwnerOnlyFile.read
 
-    def counting_parse(path: Path, raw: bytes) -> tuple[object, ...]:
-        parses.append(raw)
-        return real_parse(path, raw)
+    def counting_read(self: OwnerOnlyFile) -> tuple[object, bytes | None]:
+        reads.append(self.path)
+        return real_read(self)
 
-    monkeypatch.setattr(tokens, "_parse", counting_parse)
+    monkeypatch.setattr(OwnerOnlyFile, "read", counting_read)
     for _ in range(5):
         assert store.principal_for(token) == "alice"
-    assert len(parses) == 1
+    assert len(reads) == 1
 
 
 @pytest.mark.parametrize("token", ["", "x", "a" * 43, "a" * (TOKEN_MAX + 1), "ümlaut", "\ud800", "Bearer x"])
