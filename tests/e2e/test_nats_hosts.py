@@ -14,7 +14,8 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.support.nats import capsule_host, eventually_listed, free_port, nats_server, stop_nats_on
+from tests.support.nats import capsule_host, eventually_listed, nats_server, stop_nats_on
+from tests.support.processes import free_port
 from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -15,13 +15,10 @@ from pathlib import Path
 import pytest
 
 from astrid.host.capabilities import CapabilityError
-from astrid.host.capabilities.fs import MountedFiles, openat2_available
+from astrid.host.capabilities.fs import MountedFiles
+from tests.host.capabilities.resolvers import RESOLVERS
 
 SECRET = b"TOP-SECRET-CONTENT"
-RESOLVERS = [
-    pytest.param(True, id="openat2", marks=pytest.mark.skipif(not openat2_available(), reason="no openat2 here")),
-    pytest.param(False, id="walk"),
-]
 
 
 @pytest.fixture(params=RESOLVERS)

@@ -23,7 +23,7 @@ import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.processes import astrid_exe, run_astrid, server_env
+from tests.support.processes import astrid_exe, run_astrid, server_env, stop
 
 URL_LINE = re.compile(rb"serving MCP resources at (http\S+/mcp)")
 READY_LINE = b"ready in "
@@ -80,12 +80,7 @@ def http_server(
         url = _wait_for_banner(process, stderr_path, ready_s)
         yield HttpServer(url, process, stderr_path, token_dir)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process)
 
 
 def _wait_for_banner(process: subprocess.Popen[bytes], stderr_path: Path, timeout_s: float) -> str:

@@ -19,7 +19,6 @@ import base64
 import hashlib
 import hmac
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -32,6 +31,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+from tests.support.processes import free_port
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "https://astrid.test/mcp"
@@ -198,7 +199,4 @@ def serve_jwks() -> Iterator[Issuer]:
 
 def unused_loopback_url() -> str:
     """A JWKS URL on loopback where nothing listens (a JWKS server that is down)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}{JWKS_PATH}"
+    return f"http://127.0.0.1:{free_port()}{JWKS_PATH}"

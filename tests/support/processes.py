@@ -4,11 +4,29 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
 import subprocess
 import threading
 from pathlib import Path
 
 from astrid.host.toolpaths import tool_path
+
+
+def stop(process: subprocess.Popen, timeout_s: float = 10) -> None:
+    """Terminate a process the tests started; kill it when it does not exit in time."""
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout_s)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def astrid_exe() -> str:

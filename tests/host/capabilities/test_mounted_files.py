@@ -9,12 +9,8 @@ import pytest
 
 from astrid.host.capabilities import CapabilityError
 from astrid.host.capabilities import fs as fs_module
-from astrid.host.capabilities.fs import LIST_CAP, READ_CAP, MountedFiles, openat2_available
-
-RESOLVERS = [
-    pytest.param(True, id="openat2", marks=pytest.mark.skipif(not openat2_available(), reason="no openat2 here")),
-    pytest.param(False, id="walk"),
-]
+from astrid.host.capabilities.fs import LIST_CAP, READ_CAP, MountedFiles
+from tests.host.capabilities.resolvers import RESOLVERS
 
 
 @pytest.fixture(params=RESOLVERS)
