@@ -41,6 +41,7 @@ class HttpOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_sandboxes: int | None = None
+    limits: list[str] = field(default_factory=list)  # --http-limit NAME=VALUE
     resource_tools: bool = False  # also offer the resources as two read-only tools
     bus: BusOptions | None = None  # --bus nats://...: capsules on other hosts too
 
@@ -106,12 +107,28 @@ def _jwt_verifier(options: HttpOptions):
     return BearerVerifier(source)
 
 
+def _limits_line(listener) -> str:
+    limits, cap = listener.settings.limits, listener.guard.max_connections
+    per_client = limits.connections_per_client
+    line = (
+        f"limits: {cap} connections ({per_client or 'no cap'} per client address), "
+        f"{limits.sessions_per_principal} sessions and {limits.streams_per_principal} listen streams per user "
+        "(--http-limit NAME=VALUE changes them)"
+    )
+    if cap < limits.connections:
+        line += f"; connections capped by the open-file limit ({listener.fd_limit}): raise `ulimit -n` for more"
+    return line
+
+
 def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, options: HttpOptions) -> None:
+    from astrid.cli.http_limits import with_overrides
+    from astrid.host.limits import HttpLimits
     from astrid.host.mcp.http import HttpListener, HttpSettings
     from astrid.host.mcp.server import AstridMcpServer
     from astrid.host.runtime import Runtime, RuntimeConfig
 
     host, port = parse_address(options.address)
+    limits = with_overrides(HttpLimits(), options.limits)
     if bool(options.tls_cert) != bool(options.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
     verifier, auth_line = _verifier(options, host)
@@ -134,6 +151,7 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         allowed_origins=options.allowed_origins,
         tls_cert=options.tls_cert,
         tls_key=options.tls_key,
+        limits=limits,
     )
     server = AstridMcpServer(
         runtime, limits=runtime.limits, worker_threads=WORKER_THREADS, resource_tools=options.resource_tools
@@ -144,6 +162,7 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         raise UserError(f"--http {options.address}: cannot listen there ({exc.strerror or exc})") from None
     _say(f"serving MCP resources at {listener.url} (streamable HTTP)")
     _say(auth_line)
+    _say(_limits_line(listener))
     paths = runtime.config.capsule_paths
     _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
     if options.resource_tools:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from astrid.cli.errors import UserError
+from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
 from astrid.host.settings import PATH_SETTINGS
 
@@ -169,6 +170,14 @@ def _say(message: str) -> None:
     "is closed [default: 256].",
 )
 @click.option(
+    "--http-limit",
+    "http_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="HTTP: change a front-door limit (repeatable). NAME=default: " + limit_names() + ". Seconds for "
+    "timeouts; connections-per-client=0 behind a reverse proxy. docs/security.md says when to change them.",
+)
+@click.option(
     "--resource-tools",
     is_flag=True,
     help="Also offer the resources as two read-only tools (list_resources, read_resource), "
@@ -191,6 +200,7 @@ def mcp_serve(
     tls_key: str | None,
     resource_tools: bool,
     max_sandboxes: int | None,
+    http_limits: tuple[str, ...],
     bus_url: str | None,
     nats_creds: Path | None,
 ) -> None:
@@ -208,6 +218,7 @@ def mcp_serve(
             "--no-auth": no_auth,
             "--tls-cert": tls_cert,
             "--max-sandboxes": max_sandboxes,
+            "--http-limit": http_limits,
         }
         given = [name for name, value in http_only.items() if value]
         if given:
@@ -229,6 +240,7 @@ def mcp_serve(
         tls_key=tls_key,
         resource_tools=resource_tools,
         max_sandboxes=max_sandboxes,
+        limits=list(http_limits),
         bus=bus,
     )
     serve_http(capsule_dirs, principal, watch, options)

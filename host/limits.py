@@ -1,4 +1,4 @@
-"""Every limit of the resource contract (docs/contract.md §7), in one place."""
+"""Every limit, in one place: the resource contract's (docs/contract.md §7) and the HTTP front door's."""
 
 from __future__ import annotations
 
@@ -30,3 +30,30 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+# The HTTP front door's, sized for a team server: hundreds of users behind one
+# process, each with a few connections, sessions and streams. Behind a reverse
+# proxy everyone comes from the proxy's address: connections_per_client=0.
+@dataclass(frozen=True)
+class HttpLimits:
+    # open TCP connections (clamped below the file-descriptor limit at start)
+    connections: int = 1024
+    # open connections from one client address; 0: no per-address cap
+    connections_per_client: int = 128
+    # the request head must be complete this long after the connection is ready for it
+    header_timeout_s: float = 10.0
+    # the body must be complete this long after the head
+    body_timeout_s: float = 30.0
+    # an idle connection between two requests is closed after this
+    keep_alive_s: float = 5.0
+    # handshake-era sessions, all principals together (the last bound)
+    sessions: int = 256
+    # sessions of one principal: its own oldest idle session makes room
+    sessions_per_principal: int = 16
+    # 2026-07-28 `subscriptions/listen` streams of one principal
+    streams_per_principal: int = 16
+    # a session with no request in flight this long is closed
+    session_idle_s: float = 1800.0
+    # how often open sessions and streams have their credential checked again
+    credential_check_s: float = 2.0

@@ -17,7 +17,10 @@ astrid adds:
   name, so they publish none;
 - DNS-rebinding protection is always on: Host and Origin must be the bound
   address, loopback, or an origin the operator allowed;
-- a request body cap, a session cap and an idle timeout for a shared server.
+- a request body cap; connection caps and deadlines (`connections.py`);
+  sessions capped per principal (`sessions.py`); sessions and streams that
+  end with their credential (`credential_watch.py`): the limits of
+  `http_limits.py`, for a shared server.
 """
 
 from __future__ import annotations
@@ -29,18 +32,28 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import uvicorn
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import TokenVerifier
-from mcp.server.auth.settings import AuthSettings
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from astrid.host.limits import HttpLimits
+from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
+from astrid.host.mcp.credential_watch import CredentialWatch
+from astrid.host.mcp.sessions import PrincipalSessionManager
 
 if TYPE_CHECKING:
     from astrid.host.mcp.server import AstridMcpServer
 
 MCP_PATH = "/mcp"
 MAX_BODY_BYTES = 1 << 20
-MAX_SESSIONS = 256
-SESSION_IDLE_TIMEOUT_S = 1800.0
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
@@ -56,8 +69,7 @@ class HttpSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
-    max_sessions: int = MAX_SESSIONS
-    session_idle_timeout_s: float = SESSION_IDLE_TIMEOUT_S
+    limits: HttpLimits = field(default_factory=HttpLimits)
 
 
 def is_loopback(host: str) -> bool:
@@ -87,7 +99,7 @@ def transport_security(settings: HttpSettings, port: int) -> TransportSecuritySe
 
 
 class HttpListener:
-    """A bound socket and the app behind it; `serve()` runs uvicorn on them."""
+    """A bound socket and the app behind it; `serve()` runs uvicorn on them under the limits."""
 
     def __init__(self, server: AstridMcpServer, settings: HttpSettings) -> None:
         self.server = server
@@ -97,40 +109,61 @@ class HttpListener:
         scheme = "https" if settings.tls_cert else "http"
         shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
         self.url = f"{scheme}://{shown}:{self.port}{MCP_PATH}"
+        limits = settings.limits
+        self.fd_limit = raise_fd_limit()
+        self.guard = ConnectionGuard(limits)
+        self.guard.max_connections = connection_cap(limits, self.fd_limit)
+        verifier = settings.verifier
+        self.credentials = (
+            CredentialWatch(verifier, every_s=limits.credential_check_s) if verifier is not None else None
+        )
+        server.credentials = self.credentials
+        server.max_streams_per_principal = limits.streams_per_principal
+        self.sessions = PrincipalSessionManager(
+            app=server.server,
+            security_settings=transport_security(settings, self.port),
+            max_request_body_size=settings.max_body_bytes,
+            session_idle_timeout=limits.session_idle_s,
+            max_sessions=limits.sessions,
+            sessions_per_principal=limits.sessions_per_principal,
+            watch=self.credentials,
+        )
         self.app = self._app()
 
     def _app(self) -> Starlette:
+        """The SDK's parts, composed as its `streamable_http_app` does, around astrid's session manager."""
         settings = self.settings
-        auth = None
+        endpoint: ASGIApp = StreamableHTTPASGIApp(self.sessions)
+        routes: list[Route] = []
+        middleware: list[Middleware] = []
         if settings.verifier is not None:
             # Static tokens name no authorization server: no resource metadata.
-            oidc = settings.issuer is not None
-            auth = AuthSettings(
-                issuer_url=settings.issuer if oidc else self.url,  # type: ignore[arg-type]
-                resource_server_url=self.url if oidc else None,  # type: ignore[arg-type]
-                validate_token_resource=False,  # the verifier checks the audience itself
-            )
-        return self.server.server.streamable_http_app(
-            streamable_http_path=MCP_PATH,
-            host=settings.host,
-            transport_security=transport_security(settings, self.port),
-            auth=auth,
-            token_verifier=settings.verifier,
-            max_request_body_size=settings.max_body_bytes,
-            max_sessions=settings.max_sessions,
-            session_idle_timeout=settings.session_idle_timeout_s,
-        )
+            metadata_url = build_resource_metadata_url(self.url) if settings.issuer else None  # type: ignore[arg-type]
+            middleware = [
+                Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(settings.verifier)),
+                Middleware(AuthContextMiddleware),
+            ]
+            endpoint = RequireAuthMiddleware(endpoint, [], metadata_url)
+            if settings.issuer:
+                routes += create_protected_resource_routes(
+                    resource_url=self.url,  # type: ignore[arg-type]
+                    authorization_servers=[settings.issuer],  # type: ignore[list-item]
+                )
+        routes.insert(0, Route(MCP_PATH, endpoint=endpoint))
+        return Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: self.sessions.run())
 
     def serve(self) -> None:
         config = uvicorn.Config(
             self.app,
+            http=guarded_protocol(self.guard),
             log_level="warning",
             lifespan="on",
             ssl_certfile=self.settings.tls_cert,
             ssl_keyfile=self.settings.tls_key,
+            timeout_keep_alive=max(1, round(self.settings.limits.keep_alive_s)),
             timeout_graceful_shutdown=3,
         )
-        uvicorn.Server(config).run(sockets=[self.socket])
+        GuardedServer(config, self.guard).run(sockets=[self.socket])
 
     def close(self) -> None:
         self.socket.close()

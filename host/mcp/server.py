@@ -24,6 +24,8 @@ default principal only where the operator allowed that (loopback, no auth).
 - at most `max_requests_per_principal` requests of one principal in flight:
   more are refused at once as busy, so one principal's flood cannot hold the
   worker threads another one's reads need;
+- at most `max_streams_per_principal` open listen streams per principal;
+  over HTTP each ends when its credential is revoked or expires;
 - with `resource_tools` (`--resource-tools`), the `tools` capability and two
   read-only tools mirroring list and read (`tools.py`); without it
   `tools/list` is "method not found";
@@ -42,6 +44,7 @@ import anyio
 import mcp.types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.auth.provider import AccessToken
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
@@ -55,6 +58,7 @@ from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.mcp.changes import ListChanged
+from astrid.host.mcp.credential_watch import CredentialWatch
 from astrid.host.mcp.reshape import (
     completion_error,
     read_error,
@@ -75,6 +79,7 @@ T = TypeVar("T")
 LIST_TTL_MS = 0
 READ_TTL_MS = 0
 MAX_REQUESTS_PER_PRINCIPAL = 16
+MAX_STREAMS_PER_PRINCIPAL = 16
 SERVER_BUSY = -32000  # JSON-RPC's implementation-defined server error range
 
 
@@ -111,6 +116,7 @@ class AstridMcpServer:
         name: str = "astrid",
         ready_timeout_s: float = 600.0,
         max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
+        max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
         worker_threads: int | None = None,
         resource_tools: bool = False,
     ) -> None:
@@ -118,6 +124,10 @@ class AstridMcpServer:
         self.limits = limits
         self.ready_timeout_s = ready_timeout_s
         self.max_requests_per_principal = max_requests_per_principal
+        self.max_streams_per_principal = max_streams_per_principal
+        # HTTP: ends a listen stream once the credential that opened it stops verifying
+        self.credentials: CredentialWatch | None = None
+        self._streams: dict[str, int] = {}  # open listen streams per principal
         self.worker_threads = worker_threads
         self.list_changed = ListChanged()
         self.changes_handled = 0  # capsule-set events re-listed (tests wait on it)
@@ -208,10 +218,7 @@ class AstridMcpServer:
 
     def _principal_or_none(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """The principal of the request's verified credential, else the default one (or None)."""
-        request = ctx.request
-        scope = getattr(request, "scope", None)
-        user = scope.get("user") if isinstance(scope, dict) else None
-        token = getattr(user, "access_token", None)
+        token = _access_token(ctx)
         if token is not None:
             return str(token.client_id)
         return self.backend.principal
@@ -353,8 +360,40 @@ class AstridMcpServer:
     async def _on_listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
-        """A 2026-07-28 listen stream hears its own principal's changes only."""
-        return await self.list_changed.listen_handler(self._principal(ctx))(ctx, params)
+        """A 2026-07-28 listen stream hears its own principal's changes only; a principal has a few at most."""
+        principal = self._principal(ctx)
+        open_now = self._streams.get(principal, 0)
+        if open_now >= self.max_streams_per_principal:
+            raise MCPError(
+                code=SERVER_BUSY,
+                message=f"busy: {open_now} listen streams of this user are open (the cap); close one first",
+            )
+        self._streams[principal] = open_now + 1
+        try:
+            return await self._listen(ctx, params, principal)
+        finally:
+            left = self._streams.pop(principal, 1) - 1
+            if left:
+                self._streams[principal] = left
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams, principal: str
+    ) -> SubscriptionsListenResult:
+        handler = self.list_changed.listen_handler(principal)
+        access = _access_token(ctx)
+        if self.credentials is None or access is None:
+            return await handler(ctx, params)
+        with anyio.CancelScope() as scope:
+
+            async def end() -> None:
+                scope.cancel()
+
+            watched = self.credentials.watch(access, "stream", end)
+            try:
+                return await handler(ctx, params)
+            finally:
+                self.credentials.forget(watched)
+        raise MCPError(code=types.INVALID_REQUEST, message="the credential of this stream was revoked or has expired")
 
     async def _watch_changes(self) -> None:
         """One watcher for every principal: a capsule-set event of alice re-lists alice's set."""
@@ -399,6 +438,13 @@ class AstridMcpServer:
             log.warning("cannot re-list resources of %s after a capsule-set change: %s", principal, exc)
             return
         await self.list_changed.reconcile(principal, frozenset(d.uri for d in definitions))
+
+
+def _access_token(ctx: ServerRequestContext[Any, Any]) -> AccessToken | None:
+    """The verified credential of an HTTP request (the SDK's auth middleware put it in the scope)."""
+    scope = getattr(ctx.request, "scope", None)
+    user = scope.get("user") if isinstance(scope, dict) else None
+    return getattr(user, "access_token", None)
 
 
 def _connection_of(session: ServerSession) -> Connection:

@@ -62,10 +62,12 @@ def http_server(
     extra: tuple[str, ...] = (),
     ready_s: float = 120,
     verbose: bool = False,
+    fd_limit: int | None = None,
 ) -> Iterator[HttpServer]:
     """Start `astrid mcp serve --http 127.0.0.1:0` on `folders`; stop it at the end.
 
-    `verbose` runs it with `-v`: the broker logs every list and read it serves."""
+    `verbose` runs it with `-v`: the broker logs every list and read it serves.
+    `fd_limit` starts it with that soft and hard open-file limit (a small machine's)."""
     args = [astrid_exe(), *(["-v"] if verbose else []), "mcp", "serve", "--http", "127.0.0.1:0", *extra]
     if "--jwks" not in extra and "--no-auth" not in extra:
         args += ["--tokens", str(token_dir / "tokens.json")]
@@ -74,13 +76,24 @@ def http_server(
     stderr_path = token_dir / "server.log"
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=server_env(capsule_home)
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=server_env(capsule_home),
+            preexec_fn=None if fd_limit is None else lambda: _limit_files(fd_limit),
         )
     try:
         url = _wait_for_banner(process, stderr_path, ready_s)
         yield HttpServer(url, process, stderr_path, token_dir)
     finally:
         stop(process)
+
+
+def _limit_files(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 def _wait_for_banner(process: subprocess.Popen[bytes], stderr_path: Path, timeout_s: float) -> str:
