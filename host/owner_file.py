@@ -5,13 +5,17 @@ are such files. Whoever can write one can let themselves in, so on POSIX a
 file not owned by the user running astrid, or one others may read or write,
 is refused (like ssh with a private key: reading reveals the policy, and a
 loose mode is usually a mistake), and so is a folder others may write to (they
-could put their own file in its place). On Windows the user profile's ACLs
+could put their own file in its place). The file is never reached through a
+symlink (`O_NOFOLLOW`: a link, say into a folder others may write to, is
+refused naming the fix), and every open, lock and rename happens relative to
+a descriptor of the folder that was checked, so swapping the folder between
+the check and the use changes nothing. On Windows the user profile's ACLs
 guard the config dir and no check is made.
 
-Writes are atomic (a temp file in the same folder, then `os.replace`) with
-mode 0600; a folder made for the file gets mode 0700. Read-modify-write cycles
-from two processes at once are serialised by an advisory lock beside the file
-(`.<name>.lock`). `current()` keeps the parsed content and re-reads the file
+Writes are atomic (a 0600 temp file in the same folder, fsynced, then renamed
+over the file); a folder made for the file gets mode 0700. Read-modify-write
+cycles from two processes at once are serialised by an advisory lock beside
+the file (`.<name>.lock`). `current()` keeps the parsed content and re-reads the file
 only when its signature (inode, size, times, mode, owner) changed, at the cost
 of one `stat`, so a server sees another process's change on its next look.
 """
@@ -20,8 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +40,12 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 _POSIX = os.name == "posix"
+# Open the folder once, check it, and reach the file relative to that descriptor
+# (O_PATH where there is one: it needs no read permission on the folder).
+_AT = _POSIX and {os.open, os.rename, os.stat, os.unlink} <= os.supports_dir_fd  # os.replace: as os.rename
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO put in the file's place never blocks the reader
 
 # (inode, size, mtime, ctime, mode, owner): any write, replace or chmod changes one of them
 Signature = tuple[int, int, int, int, int, int]
@@ -91,70 +101,136 @@ class OwnerOnlyFile(Generic[Content]):
         return signature, (self._empty if raw is None else self._parse(self.path, raw))
 
     def signature(self) -> Signature | None:
-        """What changes whenever the file does; None when it is missing (or unreadable: `read` says why)."""
+        """What changes whenever the file does; None when it is missing (or unreadable: `read` says why).
+        The link itself when the file is a symlink, so that never matches what `read` saw."""
         try:
-            return _signature(os.stat(self.path))
+            return _signature(os.stat(self.path, follow_symlinks=False))
         except OSError:
             return None
 
     def read(self) -> tuple[Signature | None, bytes | None]:
         """The file's signature and bytes, after the ownership checks; (None, None) when it is missing."""
         try:
-            with self.path.open("rb") as source:
-                status = os.fstat(source.fileno())
-                self._check_file(status)
-                return _signature(status), source.read()
+            folder = self._open_folder()
         except FileNotFoundError:
             return None, None
         except OSError as exc:
-            raise self.error(
-                f"cannot read the {self.noun} {self.path}: {exc.strerror or exc}; check its permissions"
-            ) from None
+            raise self._cannot("read", exc) from None
+        try:
+            try:
+                fd = self._open(folder, self.path.name, os.O_RDONLY | _NONBLOCK)
+            except FileNotFoundError:
+                return None, None
+            except OSError as exc:
+                raise self._refused_link(folder) or self._cannot("read", exc) from None
+            with os.fdopen(fd, "rb") as source:
+                status = os.fstat(fd)
+                self._check_file(status)
+                self._check_folder(folder)
+                try:
+                    return _signature(status), source.read()
+                except OSError as exc:
+                    raise self._cannot("read", exc) from None
+        finally:
+            _close(folder)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the advisory lock for a read-modify-write cycle (the folder is made and checked first)."""
-        folder = self.path.parent
-        self._ensure_folder(folder)
+        self._ensure_folder(self.path.parent)
+        try:
+            folder = self._open_folder()
+        except OSError as exc:
+            raise self.error(f"cannot use the folder {self.path.parent}: {exc.strerror or exc}") from None
         try:
             self._check_folder(folder)
-        except OSError as exc:
-            raise self.error(f"cannot use the folder {folder}: {exc.strerror or exc}") from None
-        if fcntl is None:  # pragma: no cover - Windows
-            yield
-            return
-        lock_path = self.path.with_name(f".{self.path.name}.lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise self.error(f"cannot create the lock file {lock_path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            if fcntl is None:  # pragma: no cover - Windows
+                yield
+                return
+            lock_name = f".{self.path.name}.lock"
+            try:
+                fd = self._open(folder, lock_name, os.O_RDWR | os.O_CREAT)
+            except OSError as exc:
+                lock_path = self.path.with_name(lock_name)
+                raise self.error(f"cannot create the lock file {lock_path}: {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the lock
         finally:
-            os.close(fd)  # releases the lock
+            _close(folder)
 
     def write_json(self, document: Any) -> None:
         """Replace the file with `document`, atomically, mode 0600 (call it under `locked()`)."""
+        text = json.dumps(document, indent=2) + "\n"
         try:
-            fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")  # 0600
+            folder = self._open_folder()
         except OSError as exc:
-            raise self.error(f"cannot write the {self.noun} {self.path}: {exc.strerror or exc}") from None
+            raise self._cannot("write", exc) from None
+        temp = f".{self.path.name}.{secrets.token_hex(8)}.tmp"
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(document, out, indent=2)
-                out.write("\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, self.path)
+            self._check_folder(folder)
+            fd = self._open(folder, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    if _POSIX:
+                        os.fchmod(out.fileno(), 0o600)  # whatever the umask
+                    out.write(text)
+                    out.flush()
+                    os.fsync(out.fileno())
+                if folder is None:  # pragma: no cover - Windows
+                    os.replace(self.path.with_name(temp), self.path)
+                else:
+                    os.replace(temp, self.path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            finally:
+                _unlink(folder, self.path.with_name(temp))
         except OSError as exc:
-            raise self.error(f"cannot write the {self.noun} {self.path}: {exc.strerror or exc}") from None
+            raise self._cannot("write", exc) from None
         finally:
-            Path(temp).unlink(missing_ok=True)
+            _close(folder)
+
+    # -- reaching the file ----------------------------------------------------------------------
+
+    def _open_folder(self) -> int | None:
+        """A descriptor of the file's folder, to check and to open the file relative to (None on Windows)."""
+        return os.open(self.path.parent, _FOLDER_FLAGS) if _AT else None
+
+    def _open(self, folder: int | None, name: str, flags: int) -> int:
+        """Open `name` in the folder, never through a symlink (O_NOFOLLOW)."""
+        if folder is None:  # pragma: no cover - Windows
+            return os.open(self.path.with_name(name), flags | _FILE_FLAGS, 0o600)
+        return os.open(name, flags | _FILE_FLAGS, 0o600, dir_fd=folder)
+
+    def _refused_link(self, folder: int | None) -> AstridError | None:
+        """The error for a file that is a symlink (which O_NOFOLLOW refused to open), else None."""
+        try:
+            if folder is None:  # pragma: no cover - Windows
+                is_link = self.path.is_symlink()
+            else:
+                is_link = stat.S_ISLNK(os.stat(self.path.name, dir_fd=folder, follow_symlinks=False).st_mode)
+        except OSError:
+            return None
+        if not is_link:
+            return None
+        target = os.path.realpath(self.path)
+        return self.error(
+            f"the {self.noun} {self.path} is a symbolic link (to {target}), which astrid does not follow: "
+            f"whoever can change the link or its target's folder decides {self.stakes}; "
+            f"put the file itself in its place (`mv {target} {self.path}`)"
+        )
+
+    def _cannot(self, verb: str, exc: OSError) -> AstridError:
+        return self.error(f"cannot {verb} the {self.noun} {self.path}: {exc.strerror or exc}; check its permissions")
 
     # -- who may change the file ------------------------------------------------------------
 
     def _check_file(self, status: os.stat_result) -> None:
+        if not stat.S_ISREG(status.st_mode):
+            raise self.error(
+                f"the {self.noun} {self.path} is not a regular file: move it away and keep the {self.noun} "
+                "as a plain file"
+            )
         if not _POSIX:
             return
         me = os.getuid()
@@ -168,12 +244,16 @@ class OwnerOnlyFile(Generic[Content]):
                 f"the {self.noun} {self.path} is open to other users (mode {stat.filemode(status.st_mode)}): "
                 f"run `chmod 600 {self.path}`"
             )
-        self._check_folder(self.path.parent)
 
-    def _check_folder(self, folder: Path) -> None:
+    def _check_folder(self, folder_fd: int | None) -> None:
+        """The folder (as opened: `folder_fd`) is the user's or root's, and only its owner may write to it."""
         if not _POSIX:
             return
-        status = os.stat(folder)
+        folder = self.path.parent
+        try:
+            status = os.fstat(folder_fd) if folder_fd is not None else os.stat(folder)
+        except OSError as exc:
+            raise self.error(f"cannot use the folder {folder}: {exc.strerror or exc}") from None
         if status.st_uid not in (os.getuid(), 0) or status.st_mode & 0o022:
             raise self.error(
                 f"the folder {folder} of the {self.noun} may be written by other users "
@@ -195,3 +275,19 @@ class OwnerOnlyFile(Generic[Content]):
 
 def _signature(status: os.stat_result) -> Signature:
     return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_mode, status.st_uid)
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _unlink(folder: int | None, path: Path) -> None:
+    """Remove a temp file that is still there (after a failed write); nothing when it was renamed."""
+    try:
+        if folder is None:  # pragma: no cover - Windows
+            path.unlink()
+        else:
+            os.unlink(path.name, dir_fd=folder)
+    except OSError:
+        pass
