@@ -8,6 +8,7 @@ TS_CLIENT := tests/e2e/ts_client
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 CONFORMANCE := tests/e2e/conformance
 CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
+REGISTRY_BIN := /usr/bin/docker-registry
 
 .PHONY: serve test test-fast lint bench soak build-capsules clean
 
@@ -37,6 +38,19 @@ $(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.js
 	@cd $(CONFORMANCE) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(CONFORMANCE_STAMP)
 
+# The OCI registry the capsule push/pull tests start on loopback: the CNCF distribution
+# registry of Debian's docker-registry package, installed once (root only; anyone else is
+# told what to run). The tests start their own, never the package's service.
+$(REGISTRY_BIN):
+	@command -v docker-registry >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make test needs docker-registry (the OCI registry of the push/pull tests): run 'sudo apt-get update && sudo apt-get install -y docker-registry'" 1>&2; \
+	    exit 1; \
+	  fi; \
+	  echo "installing docker-registry (Debian package) for the OCI registry tests ..." 1>&2; \
+	  apt-get update -qq 1>&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry 1>&2; \
+	}
+
 build-capsules: $(STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs 1>&2
@@ -47,7 +61,7 @@ build-capsules: $(STAMP)
 serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files
 
-test: lint $(TS_STAMP) $(CONFORMANCE_STAMP)
+test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q
 
 # ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
@@ -59,7 +73,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: build-capsules

@@ -38,10 +38,31 @@ def resources() -> None:
     """List and read resources without an MCP client (for debugging capsules)."""
 
 
+@cli.group()
+def key() -> None:
+    """Make and list your capsule signing keys."""
+
+
+@cli.group()
+def trust() -> None:
+    """Trust publishers' keys; who owns which URI namespace."""
+
+
 def _register_commands() -> None:
     # Each command group lives in its own module; import them for their side
     # effect of attaching commands to the groups above.
-    from astrid.cli import capsule_cmd, grant_cmd, host_cmd, mcp_cmd, resources_cmd, token_cmd  # noqa: F401
+    from astrid.cli import (  # noqa: F401
+        artifact_cmd,
+        capsule_cmd,
+        grant_cmd,
+        host_cmd,
+        key_cmd,
+        mcp_cmd,
+        oci_cmd,
+        resources_cmd,
+        token_cmd,
+        trust_cmd,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

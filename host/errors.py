@@ -64,3 +64,7 @@ class GrantError(AstridError):
 
 class TokenError(AstridError):
     """A bearer-token file that cannot be used, or a refused token change (the message says which, and the fix)."""
+
+
+class IdentityError(AstridError):
+    """A capsule artifact, signature, signing key or trust entry that cannot be used (the message says the fix)."""

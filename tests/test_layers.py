@@ -11,6 +11,9 @@ The rules (docs/design.md, "Layer rules"):
 - `capabilities` (fs, kv, http and the operator's grants) imports no other
   layer; only the kernel, which links them into capsules, and the composition
   root use it;
+- `identity` (capsule artifacts, signatures, keys, the trust store, OCI
+  transfer) reads manifests through the kernel's `manifest` module and
+  imports no other layer;
 - the foundation modules beside them (errors, limits, settings, version,
   toolpaths, owner_file) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host.
@@ -30,16 +33,29 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = REPO / "host"
 SDK = REPO / "capsules" / "sdk"
 
-LAYERS = ("bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities")
+LAYERS = (
+    "bus",
+    "contract",
+    "kernel",
+    "broker",
+    "mcp",
+    "build",
+    "runtime",
+    "watch",
+    "auth",
+    "capabilities",
+    "identity",
+)
 FORBIDDEN: dict[str, set[str]] = {
-    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
-    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
+    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
     "kernel": {"broker", "mcp", "build", "runtime", "watch", "auth"},
     "broker": {"kernel", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     "mcp": {"kernel", "broker", "build", "runtime", "watch", "capabilities"},
     "build": {"broker", "mcp", "runtime", "watch", "auth", "capabilities"},
-    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities"},
-    "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth"},
+    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities", "identity"},
+    "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "identity"},
+    "identity": {"bus", "contract", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     **{
         foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths", "owner_file")
     },

@@ -1,6 +1,8 @@
 """`Capsule.toml`: the capsule manifest (upstream's new-style shape).
 
-    [package]            name, version, description
+    [package]            name, version, description, namespaces (the URI
+                         prefixes the capsule claims, e.g. ["astrid://notes/"]:
+                         the first trusted publisher to install one owns it)
     [[component]]        id, file  (the .wasm, relative to the capsule folder)
     [subscribe]          "topic-pattern" = { wit = "...", handler = "..." }
                          with `handler`: messages on the topic invoke
@@ -38,16 +40,48 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+MAX_NAMESPACES = 16
+MAX_NAMESPACE_CHARS = 256
+# scheme://host/ then path segments, each ending in "/": no query, fragment, percent-escape, port or user
+_NAMESPACE = re.compile(r"[a-z][a-z0-9+.-]*://[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?/(?:[A-Za-z0-9._~!$&'()*+,;=:@-]+/)*")
+
+
+def namespace_problem(value: str) -> str | None:
+    """Why `value` cannot be a URI namespace (`[package] namespaces`), or None when it can."""
+    if len(value) > MAX_NAMESPACE_CHARS:
+        return f"longer than {MAX_NAMESPACE_CHARS} characters"
+    if not _NAMESPACE.fullmatch(value):
+        return (
+            "must be an absolute URI prefix ending in '/', like astrid://notes/ "
+            "(lowercase scheme and host; no port, query, fragment, %-escape or empty segment)"
+        )
+    if ".." in value or "/./" in value:
+        return "must not hold '.' or '..' segments"
+    return None
+
+
 class Package(_Strict):
     name: str
     version: str = Field(min_length=1)
     description: str | None = None
+    namespaces: list[str] = Field(default=[], max_length=MAX_NAMESPACES)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.fullmatch(value):
             raise ValueError("must be 1-64 characters of [a-z0-9_-], starting with a letter or digit")
+        return value
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: list[str]) -> list[str]:
+        for namespace in value:
+            problem = namespace_problem(namespace)
+            if problem:
+                raise ValueError(f"namespace {namespace!r} {problem}")
+        if len(set(value)) != len(value):
+            raise ValueError("lists a namespace twice")
         return value
 
 
