@@ -135,7 +135,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     "--verbose",
     is_flag=True,
     help="Also show each capsule's load time, whether it came from the compile cache, "
-    "and the capabilities it asks for against what is granted.",
+    "and the capabilities it asks for (bus:request included) against what is granted.",
 )
 @grants_option
 def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | None) -> None:
@@ -146,6 +146,7 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
         raise UserError("`astrid capsule list` needs the kernel's capsule loader, which this install lacks") from None
     from astrid.host.kernel.compile_cache import CompileCache
     from astrid.host.kernel.manifest import ManifestError, load_manifest
+    from astrid.host.kernel.reserved import bus_asks
 
     roots = list(paths) or [Path(".")]
     for root in roots:
@@ -176,7 +177,8 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
                 click.echo(f"  load: {loaded.load_seconds * 1000:.1f} ms ({origin})")
         if verbose:
             granted = grant_store(grants_file).for_capsule(manifest.name)
-            for line in capability_lines(manifest.name, manifest.capabilities, granted):
+            bus = bus_asks(manifest.publish, manifest.subscribe)
+            for line in capability_lines(manifest.name, manifest.capabilities, granted, bus):
                 click.echo(line)
         handlers = manifest.handlers()
         for pattern, handler in sorted(handlers.items()):

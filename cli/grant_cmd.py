@@ -24,6 +24,9 @@ SPEC_HELP = """SPEC is one of:
   http:HOST[:PORT]   outbound https to HOST; http:http://HOST[:PORT] for
                      plain http. Loopback and private addresses are reached
                      only when the grant names the address itself.
+  bus:request        ask other capsules over the bus: publish the requests
+                     and hear the replies its [publish] and [subscribe]
+                     declare (other capsules answer with their own grants).
 """
 
 
@@ -59,10 +62,13 @@ def capsule_grant(name: str, specs: tuple[str, ...], grants_file: Path | None) -
     for spec in specs:
         granted = store.grant(name, spec)
         _say(f"granted {granted} to {name} (in {store.path})")
-    _say("a running server applies it to the next call; the capsule must also ask for it in its Capsule.toml")
+    _say(
+        "a running server applies it to the next call; the capsule must also ask for it in its Capsule.toml "
+        "([capabilities], or for bus:request the requests and replies in [publish] and [subscribe])"
+    )
 
 
-@capsule.command("revoke", epilog="SPEC is fs:MOUNT, kv, http:HOST[:PORT], or all.")
+@capsule.command("revoke", epilog="SPEC is fs:MOUNT, kv, http:HOST[:PORT], bus:request, or all.")
 @click.argument("name")
 @click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
 @grants_option
@@ -76,8 +82,11 @@ def capsule_revoke(name: str, specs: tuple[str, ...], grants_file: Path | None) 
             _say(f"{name} held no grant {spec}; nothing changed")
 
 
-def capability_lines(name: str, asked: Any, granted: Any) -> list[str]:
-    """`capsule list -v`: each capability the manifest asks for, and whether it is granted."""
+def capability_lines(name: str, asked: Any, granted: Any, bus: Any = None) -> list[str]:
+    """`capsule list -v`: each capability the manifest asks for, and whether it is granted.
+
+    `bus` is what its `[publish]` and `[subscribe]` declare that needs
+    `bus:request` (`astrid.host.kernel.reserved.BusAsks`; None: nothing)."""
     from astrid.host.capabilities.grants import covers, usable
 
     lines: list[str] = []
@@ -93,10 +102,24 @@ def capability_lines(name: str, asked: Any, granted: Any) -> list[str]:
         missing = f"not granted (astrid capsule grant {name} http:{host})"
         state = f"granted: {', '.join(reaching)}" if reaching else missing
         lines.append(f"  http {host}: {state}")
-    used = set(usable(granted, fs=asked.fs, kv=asked.kv, http=asked.http).specs())
+    if bus:
+        lines.append(_bus_line(name, bus, granted.bus_request))
+    used = set(usable(granted, fs=asked.fs, kv=asked.kv, http=asked.http, bus_request=bool(bus)).specs())
     unused = [spec for spec in granted.specs() if spec not in used]
     if unused:
         lines.append(f"  granted but not asked for (unused): {', '.join(unused)}")
     if not lines:
         lines.append("  capabilities: none asked for")
     return lines
+
+
+def _bus_line(name: str, bus: Any, granted: bool) -> str:
+    """The `bus:request` line: what the manifest declares, and whether the operator allows it."""
+    from astrid.host.capabilities.grants import BUS_REQUEST, grant_command
+
+    if granted:
+        return f"  {BUS_REQUEST} (ask other capsules): granted: {bus.describe()}"
+    return (
+        f"  {BUS_REQUEST} (ask other capsules): not granted ({grant_command(name, BUS_REQUEST)}); "
+        f"refused until then: {bus.describe()}"
+    )

@@ -7,7 +7,8 @@ same interface.
 
 - A `Participant` has a source-id and publish/subscribe ACLs (capsules get
   theirs from the manifest, host-native participants from the registry in
-  `astrid.host.contract.topics`).
+  `astrid.host.contract.topics`), and may refuse single messages at delivery
+  (`may_receive`).
 - A `Message` is host-stamped: every field but `payload` is set by the bus,
   never by the sender, so a capsule cannot forge who it is or whom it acts for.
 - Two ways to receive: `subscribe(pattern)` gives a `Subscription` queue to
@@ -96,6 +97,12 @@ class Participant:
 
     def may_subscribe(self, pattern: str) -> bool:
         return any(_acl_covers(acl, pattern) for acl in self.subscribe_acl)
+
+    def may_receive(self, message: Message) -> bool:
+        """May a message its subscriptions or handlers match be given to it? The bus asks
+        at delivery, so a right that can change while a subscription lives (a capsule's
+        operator grants: `kernel.reserved`) holds for every message. Yes, by default."""
+        return True
 
 
 def _acl_covers(acl: str, pattern: str) -> bool:

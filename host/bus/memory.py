@@ -1,9 +1,10 @@
 """The in-memory bus: every participant in one process.
 
 It implements `astrid.host.bus.base.Bus`: ACL and grammar checks on every
-operation, host-stamped messages, bounded subscription queues (the oldest
-message is dropped and counted when one is full) and bound handlers run by a
-`Dispatcher` (inline by default; the kernel installs a thread pool).
+operation (and the receiver's `may_receive` on every delivery), host-stamped
+messages, bounded subscription queues (the oldest message is dropped and
+counted when one is full) and bound handlers run by a `Dispatcher` (inline by
+default; the kernel installs a thread pool).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class InMemorySubscription:
 
     def _offer(self, message: Message) -> None:
         if self.principal_scope is not None and message.principal != self.principal_scope:
+            return
+        if not self.owner.may_receive(message):
             return
         with self._cond:
             if self.closed:
@@ -182,11 +185,11 @@ class InMemoryBus:
         with self._lock:
             self.stats.published += 1  # every message this bus delivered
             subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
-            runs = [
-                (b, message)
-                for b in self._bindings
-                if pattern_matches(b.pattern, message.topic) and (b.accepts is None or b.accepts(message))
-            ]
+            bindings = [b for b in self._bindings if pattern_matches(b.pattern, message.topic)]
+        # Outside the lock: `may_receive` may read a capsule's grants file.
+        runs = [
+            (b, message) for b in bindings if (b.accepts is None or b.accepts(message)) and b.owner.may_receive(message)
+        ]
         for subscription in subscriptions:
             subscription._offer(message)
         delivery = InMemoryDelivery(message, runs)

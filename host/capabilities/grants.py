@@ -13,12 +13,16 @@ Specs, as the operator types them:
     http:HOST[:PORT]   outbound https to HOST (`http:http://HOST[:PORT]` for
                        plain http); an IP literal here also allows that
                        loopback or private address
+    bus:request        ask other capsules over the bus: publish the requests
+                       and hear the replies its `[publish]` and `[subscribe]`
+                       declare (`astrid.host.kernel.reserved`); without it a
+                       capsule can only serve
 
 The file (`$ASTRID_CONFIG_DIR/grants.json`) is keyed by capsule name:
 `{"version": 1, "capsules": {"files": {"fs": {"files": "/home/me/notes"},
-"kv": true, "http": ["api.example.com"]}}}`. It is an `OwnerOnlyFile`:
-whoever writes it decides what capsules may touch. A running server re-reads
-it when it changes, so a grant or a revoke needs no restart.
+"kv": true, "http": ["api.example.com"], "bus": ["request"]}}}`. It is an
+`OwnerOnlyFile`: whoever writes it decides what capsules may touch. A running
+server re-reads it when it changes, so a grant or a revoke needs no restart.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from astrid.host.owner_file import OwnerOnlyFile
 
 FILE_VERSION = 1
 PRINCIPAL_PLACEHOLDER = "{principal}"
+BUS_REQUEST = "bus:request"
+# The file keeps bus rights as a list (`"bus": ["request"]`), so another one can join it.
+_BUS_RIGHTS = frozenset({"request"})
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a capsule or mount name (the manifest's grammar)
 
 
@@ -48,6 +55,7 @@ class CapsuleGrants:
     fs: tuple[tuple[str, str], ...] = ()
     kv: bool = False
     http: tuple[HttpGrant, ...] = ()
+    bus_request: bool = False  # may ask other capsules over the bus
 
     @property
     def mounts(self) -> dict[str, str]:
@@ -59,10 +67,11 @@ class CapsuleGrants:
             [f"fs:{mount}={path}" for mount, path in self.fs]
             + (["kv"] if self.kv else [])
             + [f"http:{grant.text()}" for grant in self.http]
+            + ([BUS_REQUEST] if self.bus_request else [])
         )
 
     def empty(self) -> bool:
-        return not (self.fs or self.kv or self.http)
+        return not (self.fs or self.kv or self.http or self.bus_request)
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
@@ -72,6 +81,8 @@ class CapsuleGrants:
             document["kv"] = True
         if self.http:
             document["http"] = [grant.text() for grant in self.http]
+        if self.bus_request:
+            document["bus"] = ["request"]
         return document
 
 
@@ -83,14 +94,20 @@ def grant_command(capsule: str, spec: str) -> str:
     return f"astrid capsule grant {capsule} {spec}"
 
 
-def usable(granted: CapsuleGrants, *, fs: Iterable[str], kv: bool, http: Iterable[str]) -> CapsuleGrants:
-    """What a capsule may use: its grants narrowed to what its manifest asks for."""
+def usable(
+    granted: CapsuleGrants, *, fs: Iterable[str], kv: bool, http: Iterable[str], bus_request: bool = False
+) -> CapsuleGrants:
+    """What a capsule may use: its grants narrowed to what its manifest asks for.
+
+    `bus_request` is asked for by declaring requests or replies in `[publish]`
+    or `[subscribe]` (`astrid.host.kernel.reserved.bus_asks`), not in `[capabilities]`."""
     asked_mounts = set(fs)
     asked_hosts = list(http)
     return CapsuleGrants(
         fs=tuple((mount, path) for mount, path in granted.fs if mount in asked_mounts),
         kv=granted.kv and kv,
         http=tuple(grant for grant in granted.http if any(covers(asked, grant) for asked in asked_hosts)),
+        bus_request=granted.bus_request and bus_request,
     )
 
 
@@ -137,7 +154,7 @@ class GrantStore:
         return canonical
 
     def revoke(self, capsule: str, spec: str) -> bool:
-        """Remove `spec` (`fs:MOUNT`, `kv`, `http:HOST[:PORT]`, or `all`); False when it was not granted."""
+        """Remove `spec` (`fs:MOUNT`, `kv`, `http:HOST[:PORT]`, `bus:request`, `all`); False when it was not granted."""
         _check_capsule(capsule)
         current = self.for_capsule(capsule)
         if _without_grant(current, spec) == current:  # nothing to do: touch no file
@@ -173,6 +190,8 @@ def _with_grant(current: CapsuleGrants, spec: str) -> tuple[CapsuleGrants, str]:
     kind, _, rest = spec.partition(":")
     if spec == "kv":
         return replace(current, kv=True), "kv"
+    if spec == BUS_REQUEST:
+        return replace(current, bus_request=True), BUS_REQUEST
     if kind == "fs":
         mount, eq, path = rest.partition("=")
         if not eq or not path:
@@ -185,7 +204,8 @@ def _with_grant(current: CapsuleGrants, spec: str) -> tuple[CapsuleGrants, str]:
         grant = _http_grant(rest, spec)
         kept = tuple(g for g in current.http if g != grant) + (grant,)
         return replace(current, http=kept), f"http:{grant.text()}"
-    raise GrantError(f"grant {spec!r}: write fs:MOUNT=PATH, kv, or http:HOST[:PORT] (http:http://HOST[:PORT] for http)")
+    shapes = f"fs:MOUNT=PATH, kv, http:HOST[:PORT] (http:http://HOST[:PORT] for http), or {BUS_REQUEST}"
+    raise GrantError(f"grant {spec!r}: write {shapes}")
 
 
 def _without_grant(current: CapsuleGrants, spec: str) -> CapsuleGrants:
@@ -194,13 +214,15 @@ def _without_grant(current: CapsuleGrants, spec: str) -> CapsuleGrants:
         return NO_GRANTS
     if spec == "kv":
         return replace(current, kv=False)
+    if spec == BUS_REQUEST:
+        return replace(current, bus_request=False)
     if kind == "fs" and rest:
         mount = rest.partition("=")[0]
         return replace(current, fs=tuple((m, p) for m, p in current.fs if m != mount))
     if kind == "http" and rest:
         grant = _http_grant(rest, spec)
         return replace(current, http=tuple(g for g in current.http if g != grant))
-    raise GrantError(f"revoke {spec!r}: write fs:MOUNT, kv, http:HOST[:PORT], or all")
+    raise GrantError(f"revoke {spec!r}: write fs:MOUNT, kv, http:HOST[:PORT], {BUS_REQUEST}, or all")
 
 
 def _check_mount(mount: str, spec: str) -> None:
@@ -243,8 +265,8 @@ def _asked_host(entry: str) -> tuple[str, int | None]:
 def _parse_capsule(name: Any, item: Any) -> CapsuleGrants:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"capsule name {name!r} is not a capsule name")
-    if not isinstance(item, dict) or set(item) - {"fs", "kv", "http"}:
-        raise ValueError(f"the grants of {name!r} must be an object with fs, kv and http only")
+    if not isinstance(item, dict) or set(item) - {"fs", "kv", "http", "bus"}:
+        raise ValueError(f"the grants of {name!r} must be an object with fs, kv, http and bus only")
     mounts = item.get("fs", {})
     if not isinstance(mounts, dict) or not all(
         isinstance(m, str) and _NAME.fullmatch(m) and isinstance(p, str) and os.path.isabs(p) for m, p in mounts.items()
@@ -254,7 +276,15 @@ def _parse_capsule(name: Any, item: Any) -> CapsuleGrants:
     hosts = item.get("http", [])
     if not isinstance(kv, bool) or not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise ValueError(f'the "kv" or "http" grants of {name!r} are malformed')
-    return CapsuleGrants(fs=tuple(sorted(mounts.items())), kv=kv, http=tuple(parse_http_grant(h) for h in hosts))
+    bus = item.get("bus", [])
+    if not isinstance(bus, list) or not all(isinstance(right, str) and right in _BUS_RIGHTS for right in bus):
+        raise ValueError(f'the "bus" grants of {name!r} must be a list of {sorted(_BUS_RIGHTS)}')
+    return CapsuleGrants(
+        fs=tuple(sorted(mounts.items())),
+        kv=kv,
+        http=tuple(parse_http_grant(h) for h in hosts),
+        bus_request="request" in bus,
+    )
 
 
 def _parse(path: Path, raw: bytes) -> dict[str, CapsuleGrants]:

@@ -10,7 +10,9 @@ second spelling appears. The ACLs are the least each host participant needs:
 - the kernel announces capsule-set events and answers the inventory request.
 
 Capsules get their ACLs from their manifests, minus the host's reserved
-namespace (`CAPSULE_MAY_*` below, enforced by `kernel.reserved`).
+namespace (`CAPSULE_MAY_*` below, enforced by `kernel.reserved`), and minus
+requests to other capsules and their replies unless the operator granted
+`bus:request` (`REQUEST_SEGMENT`, `RESPONSE_SEGMENT`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ INVENTORY_REPLY_PREFIX = "astrid.v1.response.capsules."
 CAPSULE_MAY_PUBLISH = frozenset({INVENTORY_REQUEST})
 CAPSULE_MAY_SUBSCRIBE = frozenset({CAPSULES_LOADED_TOPIC})
 CAPSULE_MAY_SUBSCRIBE_UNDER = INVENTORY_REPLY_PREFIX
+
+# The segments that make a topic a request or a reply (the first of them in a
+# topic decides): asking other capsules, and hearing their replies, outside
+# the host namespace takes the operator's `bus:request` grant (`kernel.reserved`).
+REQUEST_SEGMENT = "request"
+RESPONSE_SEGMENT = "response"
 
 
 def reply_topic(req_id: str) -> str:

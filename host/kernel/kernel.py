@@ -39,13 +39,14 @@ from astrid.host.bus.topics import is_clean_segment
 from astrid.host.capabilities.grants import GrantStore, mount_folder, usable
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
 from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX, INVENTORY_REQUEST, KERNEL
+from astrid.host.errors import GrantError
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
 from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
-from astrid.host.kernel.reserved import CapsuleParticipant
+from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
@@ -281,9 +282,18 @@ class Kernel:
             capsule.load_seconds * 1000,
             " from the compile cache" if capsule.from_cache else " (compiled)",
         )
+        self._report_bus_asks(capsule, participant)
         return result, True
 
-    def _bind_handlers(self, capsule: LoadedCapsule, replacing: LoadedCapsule | None = None) -> Participant:
+    @staticmethod
+    def _report_bus_asks(capsule: LoadedCapsule, participant: CapsuleParticipant) -> None:
+        """Say once, at load, what the manifest declares that stays refused without
+        `bus:request` (the checks themselves run on every call: a later grant works)."""
+        asks = bus_asks(capsule.manifest.publish, capsule.manifest.subscribe)
+        if asks and not participant.bus_request_granted():
+            log.warning("%s", refusal_line(capsule.name, asks))
+
+    def _bind_handlers(self, capsule: LoadedCapsule, replacing: LoadedCapsule | None = None) -> CapsuleParticipant:
         """Bind a capsule's handlers as a new participant; a rebuild's take its old build's place in one step."""
         manifest = capsule.manifest
         participant = CapsuleParticipant(
@@ -291,6 +301,7 @@ class Kernel:
             name=capsule.name,
             publish_acl=tuple(manifest.publish),
             subscribe_acl=tuple(manifest.subscribe),
+            bus_request_granted=self._bus_request_check(capsule.name),
         )
         bindings = [
             Binding(
@@ -304,6 +315,17 @@ class Kernel:
         ]
         self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
         return participant
+
+    def _bus_request_check(self, name: str) -> Callable[[], bool]:
+        """Has the operator granted capsule `name` `bus:request`, as the grants file says now?"""
+
+        def granted() -> bool:
+            try:
+                return self.grants.for_capsule(name).bus_request
+            except GrantError:  # a corrupt or loose grants file grants nothing
+                return False
+
+        return granted
 
     def _capsule_handler(self, capsule: LoadedCapsule, participant: Participant, handler: str):
         def run(message: Message) -> None:

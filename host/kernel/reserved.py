@@ -1,46 +1,206 @@
-"""Topics the host keeps for itself, whatever a capsule's manifest says.
+"""What a capsule may do on the bus beyond its manifest's say: the host's
+reserved topics, and the bus rights only the operator grants.
 
-The front doors, their replies and kernel events are host-only: a capsule can
-never publish on `astrid.v1.*` (except the kernel's inventory request) and
-can never subscribe under `astrid.v1.*` (front-door requests and replies are
-host traffic) except to the capsule-set event and the inventory replies. This
-closes the confused-deputy and eavesdropping paths through the bus even for a
-manifest that grants `*`-wide ACLs.
+Reserved topics. The front doors, their replies and kernel events are
+host-only: a capsule can never publish on `astrid.v1.*` (except the kernel's
+inventory request) and can never subscribe under `astrid.v1.*` (front-door
+requests and replies are host traffic) except to the capsule-set event and
+the inventory replies. This closes the confused-deputy and eavesdropping
+paths through the bus even for a manifest that grants `*`-wide ACLs.
+
+Asking other capsules (`bus:request`). A manifest's `[publish]` and
+`[subscribe]` are the capsule author's own claim; nobody approves them. But a
+request (a topic whose first `request`/`response` segment is `request`, such
+as `resource.v1.request.read`) makes other capsules act for the principal
+being served, with *their* grants, and their replies (first such segment
+`response`) carry what those grants reached: a capsule that asks for no
+capability could read a user's files through the `files` capsule and hand
+them on. So, outside the host namespace, these need the operator's
+`bus:request` grant on top of the manifest (`astrid capsule grant NAME
+bus:request`):
+
+- publishing a request;
+- subscribing to a pattern that matches only replies (refused at once);
+- being given another participant's reply (the bus withholds it), which
+  covers the wide patterns (`resource.v1.*`: a pattern cannot tell a
+  capsule's own `test.loop.*` traffic from replies), handler bindings, and a
+  subscription made before a revoke.
+
+Publishing its own replies and hearing the requests it serves stay free, so
+a capsule that only serves never needs the grant. The grant is asked on
+every check (one `stat` of the grants file while it is unchanged): a grant
+or a revoke applies to the next publish, subscribe or delivery, no restart.
+
+The host namespace is left to the reserved-topic rules: there a capsule can
+publish only the kernel's inventory request and hear only its replies. That
+request is served by the kernel, not by a capsule: no capsule runs and no
+grant is used, and the answer is what the requesting principal may see
+anyway (the capsule list and the host's versions and limits).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-from astrid.host.bus import Participant
+from astrid.host.bus import Message, Participant
+from astrid.host.capabilities.grants import BUS_REQUEST, grant_command
 from astrid.host.contract.topics import (
     CAPSULE_MAY_PUBLISH,
     CAPSULE_MAY_SUBSCRIBE,
     CAPSULE_MAY_SUBSCRIBE_UNDER,
     HOST_NAMESPACE,
+    REQUEST_SEGMENT,
+    RESPONSE_SEGMENT,
 )
+
+_WILD = ".*"
 
 
 def _may_reach(pattern: str, prefix: str) -> bool:
     """Can `pattern` match some topic that starts with `prefix`?"""
-    if pattern.endswith(".*"):
+    if pattern.endswith(_WILD):
         base = pattern[:-1]
         return prefix.startswith(base) or base.startswith(prefix)
     return pattern.startswith(prefix)
 
 
+# -- requests and replies -----------------------------------------------------------------
+
+
+def topic_kind(topic: str) -> str | None:
+    """`request` or `response`: the first segment of `topic` that is one of them.
+
+    The first one decides, so a reply whose correlation id or suffix happens
+    to be `request` (`resource.v1.response.describe.request`) is still a reply.
+    """
+    for segment in topic.split("."):
+        if segment in (REQUEST_SEGMENT, RESPONSE_SEGMENT):
+            return segment
+    return None
+
+
+def _fixed_part(pattern: str) -> str:
+    """The segments every topic a pattern matches starts with."""
+    return pattern[: -len(_WILD)] if pattern.endswith(_WILD) else pattern
+
+
+def _may_be(pattern: str, kind: str) -> bool:
+    """Can `pattern` match a topic of `kind`? Its fixed part decides when it names a
+    kind; a wildcard after a part that names none can match either."""
+    fixed = topic_kind(_fixed_part(pattern))
+    return fixed == kind if fixed is not None else pattern.endswith(_WILD)
+
+
+def _host_owned(topic_or_pattern: str) -> bool:
+    # The reserved-topic rules decide there, not the grant (see the module docstring).
+    return topic_or_pattern.startswith(HOST_NAMESPACE)
+
+
+def asks_others(topic: str) -> bool:
+    """Is publishing `topic` asking other capsules (needs `bus:request`)?"""
+    return not _host_owned(topic) and topic_kind(topic) == REQUEST_SEGMENT
+
+
+def hears_only_replies(pattern: str) -> bool:
+    """Does every topic `pattern` matches carry a reply? Such a subscription is
+    refused without `bus:request`: it can be for nothing else."""
+    return not _host_owned(pattern) and topic_kind(_fixed_part(pattern)) == RESPONSE_SEGMENT
+
+
+def may_hear_replies(pattern: str) -> bool:
+    """Can `pattern` match a reply (whose delivery from others needs `bus:request`)?"""
+    return not _host_owned(pattern) and _may_be(pattern, RESPONSE_SEGMENT)
+
+
+def may_ask(pattern: str) -> bool:
+    """Can a `[publish]` pattern cover a request (whose publishing needs `bus:request`)?"""
+    return not _host_owned(pattern) and _may_be(pattern, REQUEST_SEGMENT)
+
+
+def is_others_reply(message: Message, own_source_id: str) -> bool:
+    """Is `message` another participant's reply (outside the host namespace)?"""
+    return (
+        message.source_id != own_source_id
+        and not _host_owned(message.topic)
+        and topic_kind(message.topic) == RESPONSE_SEGMENT
+    )
+
+
+@dataclass(frozen=True)
+class BusAsks:
+    """What a manifest declares that only works with `bus:request`: the `[publish]`
+    patterns that can cover a request, the `[subscribe]` ones that can match a reply."""
+
+    publish: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.publish or self.subscribe)
+
+    def describe(self) -> str:
+        """`publish X, Y; hear other capsules' replies on Z` (a wide pattern says which part of it)."""
+        parts = []
+        if self.publish:
+            parts.append("publish " + ", ".join(_shown(p, "its requests", REQUEST_SEGMENT) for p in self.publish))
+        if self.subscribe:
+            shown = ", ".join(_shown(p, "its replies", RESPONSE_SEGMENT) for p in self.subscribe)
+            parts.append("hear other capsules' replies on " + shown)
+        return "; ".join(parts)
+
+
+def _shown(pattern: str, part: str, kind: str) -> str:
+    """A declared pattern as the operator reads it: a wide one names the part of it refused."""
+    return pattern if topic_kind(_fixed_part(pattern)) == kind else f"{pattern} ({part})"
+
+
+def bus_asks(publish: Iterable[str], subscribe: Iterable[str]) -> BusAsks:
+    """The declarations of a manifest (`[publish]`, `[subscribe]` keys) that need `bus:request`."""
+    return BusAsks(
+        publish=tuple(p for p in publish if may_ask(p)),
+        subscribe=tuple(p for p in subscribe if may_hear_replies(p)),
+    )
+
+
+def refusal_line(capsule: str, asks: BusAsks) -> str:
+    """The load-time log line for a capsule whose bus asks are refused: what, and the command."""
+    return (
+        f"capsule {capsule}: not granted {BUS_REQUEST}, so it may not ask other capsules over the bus; "
+        f"refused: {asks.describe()}. To allow it: {grant_command(capsule, BUS_REQUEST)}"
+    )
+
+
+# -- the participant --------------------------------------------------------------------------
+
+
+def _not_granted() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class CapsuleParticipant(Participant):
-    """A capsule on the bus: its manifest ACLs minus the host's reserved topics."""
+    """A capsule on the bus: its manifest ACLs minus the host's reserved topics,
+    and minus requests to other capsules and their replies unless granted."""
+
+    # Has the operator granted `bus:request` (now)? Asked on every check, so a
+    # grant or a revoke applies to the next publish, subscribe or delivery.
+    bus_request_granted: Callable[[], bool] = field(default=_not_granted, compare=False, repr=False)
 
     def may_publish(self, topic: str) -> bool:
         if topic.startswith(HOST_NAMESPACE) and topic not in CAPSULE_MAY_PUBLISH:
             return False
-        return super().may_publish(topic)
+        if not super().may_publish(topic):
+            return False
+        return not asks_others(topic) or self.bus_request_granted()
 
     def may_subscribe(self, pattern: str) -> bool:
         if _may_reach(pattern, HOST_NAMESPACE) and not (
             pattern in CAPSULE_MAY_SUBSCRIBE or pattern.startswith(CAPSULE_MAY_SUBSCRIBE_UNDER)
         ):
             return False
-        return super().may_subscribe(pattern)
+        if not super().may_subscribe(pattern):
+            return False
+        return not hears_only_replies(pattern) or self.bus_request_granted()
+
+    def may_receive(self, message: Message) -> bool:
+        return not is_others_reply(message, self.source_id) or self.bus_request_granted()

@@ -45,7 +45,7 @@ def test_a_bad_spec_is_one_line_naming_the_shape(astrid, config_dir: Path) -> No
     result = astrid("capsule", "grant", "files", "net:example.com")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "fs:MOUNT=PATH, kv, or http:HOST[:PORT]" in lines[0]
+    assert len(lines) == 1 and "fs:MOUNT=PATH, kv, http:HOST[:PORT]" in lines[0] and "bus:request" in lines[0]
     assert not (config_dir / "grants.json").exists()
 
 
@@ -76,3 +76,61 @@ def test_list_verbose_shows_asked_against_granted(astrid, tmp_path: Path) -> Non
     assert "kv: not granted (astrid capsule grant reader kv)" in out
     assert "http api.example.com: granted: api.example.com" in out
     assert "granted but not asked for (unused): fs:other=/srv" in out
+
+
+def test_bus_request_is_granted_and_revoked_from_the_cli(astrid, config_dir: Path) -> None:
+    result = astrid("capsule", "grant", "launder", "bus:request")
+    assert result.returncode == 0, result.stderr
+    assert "granted bus:request to launder" in result.stderr
+    assert GrantStore(config_dir / "grants.json").for_capsule("launder").bus_request
+    result = astrid("capsule", "revoke", "launder", "bus:request")
+    assert result.returncode == 0 and "revoked bus:request from launder" in result.stderr
+    assert not GrantStore(config_dir / "grants.json").for_capsule("launder").bus_request
+    assert "bus:request" in astrid("capsule", "grant", "--help").stdout
+
+
+# The finding's manifest: no [capabilities], but it asks the other capsules over the bus.
+ASKER = """
+[package]
+name = "launder"
+version = "1.0.0"
+
+[[component]]
+id = "launder"
+file = "launder.wasm"
+
+[subscribe]
+"resource.v1.request.read" = { wit = "astrid-bus:resource@1.0.0", handler = "read" }
+"resource.v1.response.read.*" = "opaque"
+
+[publish]
+"resource.v1.response.read.*" = "opaque"
+"resource.v1.request.read" = "opaque"
+"""
+
+
+def test_list_verbose_names_bus_requests_and_the_grant_command(astrid, tmp_path: Path) -> None:
+    folder = tmp_path / "caps" / "launder"
+    folder.mkdir(parents=True)
+    (folder / "Capsule.toml").write_text(ASKER)
+    out = astrid("capsule", "list", "-v", str(folder)).stdout
+    assert "capabilities: none asked for" not in out
+    assert (
+        "  bus:request (ask other capsules): not granted (astrid capsule grant launder bus:request); "
+        "refused until then: publish resource.v1.request.read; "
+        "hear other capsules' replies on resource.v1.response.read.*\n"
+    ) in out
+    astrid("capsule", "grant", "launder", "bus:request")
+    out = astrid("capsule", "list", "-v", str(folder)).stdout
+    assert "  bus:request (ask other capsules): granted: publish resource.v1.request.read;" in out
+    assert "unused" not in out
+
+
+def test_list_verbose_shows_bus_request_unused_for_a_capsule_that_only_serves(astrid, tmp_path: Path) -> None:
+    folder = tmp_path / "caps" / "reader"
+    folder.mkdir(parents=True)
+    (folder / "Capsule.toml").write_text(MANIFEST)
+    astrid("capsule", "grant", "reader", "bus:request")
+    out = astrid("capsule", "list", "-v", str(folder)).stdout
+    assert "bus:request (ask" not in out
+    assert "granted but not asked for (unused): bus:request" in out

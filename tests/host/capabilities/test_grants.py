@@ -121,3 +121,40 @@ def test_a_principal_that_cannot_be_one_folder_name_gets_no_per_principal_mount(
     assert mount_folder("/srv/{principal}/notes", None) is None
     assert mount_folder("/srv/{principal}/notes", "alice") == Path("/srv/alice/notes")
     assert mount_folder("/srv/shared", None) == Path("/srv/shared")
+
+
+def test_bus_request_is_granted_revoked_and_kept_like_the_others(store: GrantStore) -> None:
+    assert store.grant("launder", "bus:request") == "bus:request"
+    assert store.for_capsule("launder").bus_request
+    assert store.for_capsule("launder").specs() == ["bus:request"]
+    assert json.loads(store.path.read_text())["capsules"] == {"launder": {"bus": ["request"]}}
+    assert not GrantStore(store.path).for_capsule("other").bus_request
+    store.grant("launder", "kv")
+    assert store.revoke("launder", "bus:request")
+    assert not store.revoke("launder", "bus:request")
+    assert store.for_capsule("launder").specs() == ["kv"]
+    store.grant("launder", "bus:request")
+    assert store.revoke("launder", "all") and store.for_capsule("launder") == NO_GRANTS
+
+
+@pytest.mark.parametrize("spec", ["bus", "bus:", "bus:reply", "bus:request=1"])
+def test_a_bus_spec_other_than_bus_request_is_refused(store: GrantStore, spec: str) -> None:
+    with pytest.raises(GrantError, match="bus:request"):
+        store.grant("launder", spec)
+    assert not store.path.exists()
+
+
+@pytest.mark.parametrize("bus", [["everything"], "request", True])
+def test_a_bus_grant_the_host_does_not_know_makes_the_file_corrupt(store: GrantStore, bus: object) -> None:
+    store.grant("launder", "kv")
+    store.path.write_text(json.dumps({"version": 1, "capsules": {"launder": {"bus": bus}}}))
+    with pytest.raises(GrantError, match="corrupt"):
+        store.for_capsule("launder")
+
+
+def test_bus_request_is_usable_only_when_the_manifest_declares_requests_or_replies(store: GrantStore) -> None:
+    store.grant("launder", "bus:request")
+    granted = store.for_capsule("launder")
+    assert usable(granted, fs=[], kv=False, http=[], bus_request=True).bus_request
+    assert not usable(granted, fs=[], kv=False, http=[]).bus_request
+    assert not usable(NO_GRANTS, fs=[], kv=False, http=[], bus_request=True).bus_request
