@@ -144,9 +144,12 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
         from astrid.host.kernel.loader import CapsuleLoadError, discover_capsules, load_capsule
     except ImportError:
         raise UserError("`astrid capsule list` needs the kernel's capsule loader, which this install lacks") from None
+    from astrid.host.identity.trust import TrustStore, default_trust_file
+    from astrid.host.identity.vetting import vetter
     from astrid.host.kernel.compile_cache import CompileCache
     from astrid.host.kernel.manifest import ManifestError, load_manifest
     from astrid.host.kernel.reserved import bus_asks
+    from astrid.host.settings import default_capsule_home
 
     roots = list(paths) or [Path(".")]
     for root in roots:
@@ -154,8 +157,12 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             raise UserError(f"{root}: no such file or folder")
     folders = discover_capsules(roots)
     if not folders:
-        raise UserError(f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}")
+        raise UserError(
+            f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}; installed capsules "
+            f"are in {default_capsule_home()}"
+        )
     cache = CompileCache()
+    vet = vetter(TrustStore(default_trust_file()))
     failures = 0
     for folder in folders:
         try:
@@ -165,18 +172,24 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             click.echo(f"{folder}: does not load: {exc}")
             continue
         header = f"{manifest.name} {manifest.package.version}  ({folder})"
+        identity = None
         try:
-            loaded = load_capsule(folder, cache)
+            loaded = load_capsule(folder, cache, vet)
         except CapsuleLoadError as exc:
             failures += 1
             click.echo(f"{header}\n  status: does not load: {exc}")
         else:
+            identity = loaded.grant_identity
+            provenance = loaded.provenance
             click.echo(f"{header}\n  status: loads\n  source-id: {loaded.source_id}")
+            click.echo(f"  publisher: {provenance.label()}")
+            click.echo(f"  digest: sha256:{loaded.wasm_sha256[:16]}")
+            click.echo(f"  namespaces: {', '.join(provenance.namespaces) or 'none'}")
             if verbose:
                 origin = "compile cache" if loaded.from_cache else "compiled now"
                 click.echo(f"  load: {loaded.load_seconds * 1000:.1f} ms ({origin})")
         if verbose:
-            granted = grant_store(grants_file).for_capsule(manifest.name)
+            granted = grant_store(grants_file).for_capsule(manifest.name, identity)
             bus = bus_asks(manifest.publish, manifest.subscribe)
             for line in capability_lines(manifest.name, manifest.capabilities, granted, bus):
                 click.echo(line)

@@ -55,17 +55,82 @@ def _say(message: str) -> None:
 @capsule.command("grant", epilog=SPEC_HELP)
 @click.argument("name")
 @click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
+@click.option(
+    "--capsules",
+    "capsule_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="Where to find capsule NAME besides the capsule home (a capsule folder or a parent of many).",
+)
 @grants_option
-def capsule_grant(name: str, specs: tuple[str, ...], grants_file: Path | None) -> None:
-    """Let capsule NAME use what SPEC names, when its manifest asks for it."""
-    store = grant_store(grants_file)
+def capsule_grant(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, ...], grants_file: Path | None) -> None:
+    """Let capsule NAME use what SPEC names, when its manifest asks for it.
+
+    The grant belongs to the capsule found under NAME (in the capsule home and
+    the --capsules paths): its publisher's key when it is signed, its folder
+    when it is local. Another capsule of the same name gets none of it.
+    """
+    from astrid.host.capabilities.grants import check_spec
+
     for spec in specs:
-        granted = store.grant(name, spec)
+        check_spec(spec)  # every spec is checked before the capsule is looked for or the file is touched
+    store = grant_store(grants_file)
+    identity, label = _identity_of(name, capsule_dirs)
+    for spec in specs:
+        granted = store.grant(name, spec, identity)
         _say(f"granted {granted} to {name} (in {store.path})")
+    if identity is not None:
+        _say(f"the grants of {name} belong to {label}")
+    else:
+        _say(
+            f"no capsule named {name} in the capsule home or the --capsules paths: the first capsule named {name} "
+            f"that loads takes these grants (pass --capsules PATH to bind them to one now)"
+        )
     _say(
         "a running server applies it to the next call; the capsule must also ask for it in its Capsule.toml "
         "([capabilities], or for bus:request the requests and replies in [publish] and [subscribe])"
     )
+
+
+def _identity_of(name: str, capsule_dirs: tuple[Path, ...]) -> tuple[str | None, str]:
+    """The grant identity of the one capsule named `name`, and who it is; (None, "") when there is none.
+
+    Looked for in the --capsules paths first (the operator pointed there), else in the capsule home."""
+    from astrid.host.settings import default_capsule_home
+
+    found = _named(name, list(capsule_dirs)) if capsule_dirs else {}
+    if not found:
+        found = _named(name, [default_capsule_home()])
+    if len(found) > 1:
+        from astrid.cli.errors import UserError
+
+        listed = "; ".join(sorted(found.values()))
+        raise UserError(f"more than one capsule is named {name}: {listed}. Name its folder with --capsules PATH")
+    if not found:
+        return None, ""
+    return next(iter(found.items()))
+
+
+def _named(name: str, roots: list[Path]) -> dict[str, str]:
+    """Grant identity -> who it is, for every loadable capsule named `name` under `roots`."""
+    from astrid.host.errors import AstridError
+    from astrid.host.identity.trust import TrustStore, default_trust_file
+    from astrid.host.identity.vetting import vetter
+    from astrid.host.kernel.loader import discover_capsules
+    from astrid.host.kernel.manifest import ManifestError, load_manifest
+
+    vet = vetter(TrustStore(default_trust_file()))
+    found: dict[str, str] = {}
+    for folder in discover_capsules(roots):
+        try:
+            if load_manifest(folder).name != name:
+                continue
+            provenance = vet(folder)
+        except (ManifestError, AstridError):
+            continue  # it would not load either: nothing to bind to
+        found.setdefault(provenance.grant_key(name, folder), f"the capsule at {folder} ({provenance.label()})")
+    return found
 
 
 @capsule.command("revoke", epilog="SPEC is fs:MOUNT, kv, http:HOST[:PORT], bus:request, or all.")

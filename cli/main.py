@@ -56,6 +56,7 @@ def _register_commands() -> None:
         capsule_cmd,
         grant_cmd,
         host_cmd,
+        install_cmd,
         key_cmd,
         mcp_cmd,
         oci_cmd,

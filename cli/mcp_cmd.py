@@ -307,6 +307,8 @@ def _announce(runtime, watch: bool, hint: str) -> None:
     if runtime.closed:  # the client left while we were loading
         return
     _say(ready)
+    for capsule in status.capsules:
+        _say("  " + capsule.identity_line())
     _say(hint)
     runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
     if watch and runtime.config.capsule_paths:

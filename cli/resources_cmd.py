@@ -69,16 +69,40 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _capsule_record(owner) -> dict | None:
+    """Who serves a resource, for `resources list --json`."""
+    if owner is None:
+        return None
+    provenance = owner.provenance
+    signed = provenance is not None and provenance.signed
+    return {
+        "name": owner.name,
+        "publisher": provenance.publisher if signed else None,
+        "key": provenance.key_fingerprint if signed else None,
+        "signed": signed,
+        "digest": owner.digest,
+        "namespaces": list(provenance.namespaces) if provenance is not None else [],
+    }
+
+
 @resources.command("list")
 @capsules_option
 @principal_option
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array (the bus records) for scripts.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON array for scripts: the bus records, each with the `capsule` serving it "
+    "(name, publisher or null for local, unsigned; component digest; namespaces).",
+)
 def resources_list(capsule_dirs: tuple[Path, ...], principal: str | None, as_json: bool) -> None:
     """List the resources a principal sees."""
     with _started(capsule_dirs, principal) as runtime:
         listed = _call(runtime.list_resources)
         if as_json:
-            click.echo(json.dumps([r.to_wire() for r in listed], indent=2, ensure_ascii=False))
+            owners = runtime.owners()
+            records = [{**r.to_wire(), "capsule": _capsule_record(owners.get(r.uri))} for r in listed]
+            click.echo(json.dumps(records, indent=2, ensure_ascii=False))
             return
         if not listed:
             click.echo(f"no resources for {runtime.principal!r} ({len(runtime.status.capsules)} capsules loaded)")

@@ -41,6 +41,9 @@ from astrid.host.contract.topics import (
     RESOURCE_REQUESTS,
 )
 from astrid.host.errors import BackendNotReady
+from astrid.host.identity.trust import TrustStore, default_trust_file
+from astrid.host.identity.vetting import NamespaceAuthority, vetter
+from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher
 
@@ -63,6 +66,9 @@ class RuntimeConfig:
     # None: one process, the in-memory bus.
     bus_url: str | None = None
     nats_credentials: str | None = None
+    # The publishers the operator trusts and who owns which URI namespace
+    # (docs/publishing.md); None: the user's trust file.
+    trust_file: Path | None = None
 
 
 @dataclass
@@ -70,6 +76,15 @@ class CapsuleSummary:
     name: str
     source_id: str
     folder: Path
+    provenance: Provenance | None = None  # None: a stand-in kernel said nothing
+    digest: str | None = None  # sha256:<hex> of the component
+
+    def identity_line(self) -> str:
+        """`notes: publisher acme (key …), sha256:0123456789ab, namespaces astrid://notes/`."""
+        who = self.provenance.label() if self.provenance is not None else "local, unsigned"
+        namespaces = ", ".join(self.provenance.namespaces) if self.provenance is not None else ""
+        digest = f", {self.digest[:19]}" if self.digest else ""
+        return f"{self.name}: {who}{digest}" + (f", namespaces {namespaces}" if namespaces else "")
 
 
 @dataclass
@@ -92,6 +107,7 @@ class CapsuleKernel(Protocol):
     def bus(self) -> Bus: ...
 
     def watch_principal(self, name: str) -> Principal: ...
+    def provenance_of(self, source_id: str) -> Provenance | None: ...
     def mount_folders(self) -> Mapping[Path, frozenset[Principal]]: ...
     def announce(self, principals: Iterable[Principal] | None = None) -> None: ...
     def start(self) -> Iterable[Any]: ...
@@ -100,6 +116,10 @@ class CapsuleKernel(Protocol):
 
 
 KernelFactory = Callable[[RuntimeConfig], CapsuleKernel]
+
+
+def trust_store(config: RuntimeConfig) -> TrustStore:
+    return TrustStore(config.trust_file or default_trust_file())
 
 
 def _real_kernel(config: RuntimeConfig) -> CapsuleKernel:
@@ -112,6 +132,7 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     # Imported here: wasmtime loads only when a runtime starts, not with the CLI.
     from astrid.host.kernel.kernel import Kernel, KernelConfig
 
+    trust = trust_store(config)
     kernel_config = KernelConfig(
         capsule_paths=list(config.capsule_paths),
         cache_dir=config.cache_dir,
@@ -119,6 +140,8 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
         max_instances=config.max_instances,
         grants_file=config.grants_file,
         kv_file=config.kv_file,
+        vet=vetter(trust),
+        vet_epoch=trust.signature,
     )
     url = config.bus_url
     if url is None:
@@ -189,6 +212,7 @@ class Runtime:
                 participant=BROKER.participant(),
                 limits=self.limits,
                 trusted_ingress=[self._ingress.source_id],
+                authority=NamespaceAuthority(trust_store(self.config), kernel.provenance_of),
             ).start()
             if self.principal is not None:
                 self.client = self._new_client(self.principal)
@@ -204,7 +228,15 @@ class Runtime:
         status = Status(seconds=seconds)
         for result in report or ():
             if getattr(result, "ok", False):
-                status.capsules.append(CapsuleSummary(result.name, result.source_id, result.folder))
+                status.capsules.append(
+                    CapsuleSummary(
+                        result.name,
+                        result.source_id,
+                        result.folder,
+                        getattr(result, "provenance", None),
+                        getattr(result, "digest", None),
+                    )
+                )
             else:
                 status.failures.append(LoadFailure(result.folder, getattr(result, "error", None) or "failed"))
         self.status = status
@@ -235,7 +267,9 @@ class Runtime:
     def watch_folders(self, interval_s: float = WATCH_INTERVAL_S) -> FolderWatcher:
         """Hot reload: reload when a file under a capsule path changes."""
         if self._watcher is None:
-            self._watcher = FolderWatcher(self.config.capsule_paths, self._on_folders_changed, interval_s)
+            # the trust file too: a publisher trusted or removed re-checks the installed capsules
+            files = [self.config.trust_file or default_trust_file()]
+            self._watcher = FolderWatcher(self.config.capsule_paths, self._on_folders_changed, interval_s, files=files)
             self._watcher.start()
         return self._watcher
 
@@ -321,6 +355,14 @@ class Runtime:
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
         """The default principal's resources (the CLI's view)."""
         return self._default_client().list_resources(refresh=refresh)
+
+    def owners(self) -> dict[str, CapsuleSummary]:
+        """uri -> the capsule serving it, for the default principal's resources (the CLI's view)."""
+        if self.broker is None or self.principal is None:
+            return {}
+        snapshot = self.broker.snapshot(Principal.verified(self.principal))
+        by_source = {capsule.source_id: capsule for capsule in self.status.capsules}
+        return {uri: by_source[source] for uri, source in snapshot.owners.items() if source in by_source}
 
     def read_resource(self, uri: str) -> ReadResourceReply:
         """A read as the default principal (the CLI's view)."""

@@ -138,6 +138,17 @@ def tree_signature(roots: Iterable[Path], limits: WalkLimits = CAPSULE_LIMITS) -
     return frozenset(seen.files)
 
 
+def _file_marks(files: Iterable[Path]) -> TreeSignature:
+    marks = set()
+    for path in files:
+        try:
+            status = path.stat()
+        except OSError:
+            continue
+        marks.add((str(path), status.st_mtime_ns, status.st_size))
+    return frozenset(marks)
+
+
 class FolderWatcher:
     """Polls the mtimes under some folders; calls back once a change has settled.
 
@@ -145,8 +156,11 @@ class FolderWatcher:
     build that writes several files triggers one reload, not one per file.
     """
 
-    def __init__(self, paths: Iterable[Path], on_change: Callable[[], None], interval_s: float) -> None:
+    def __init__(
+        self, paths: Iterable[Path], on_change: Callable[[], None], interval_s: float, *, files: Iterable[Path] = ()
+    ) -> None:
         self.paths = [Path(p) for p in paths]
+        self.files = [Path(f) for f in files]  # single files watched too (the trust file)
         self.on_change = on_change
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -164,7 +178,7 @@ class FolderWatcher:
         self._stop.set()
 
     def signature(self) -> TreeSignature:
-        return tree_signature(self.paths)
+        return tree_signature(self.paths) | _file_marks(self.files)
 
     def _run(self) -> None:
         current = self._current

@@ -51,6 +51,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
 from astrid.host.broker.describe import RoundResult, merge_round
@@ -108,8 +109,10 @@ class Broker:
         participant: Participant | None = None,
         limits: Limits = DEFAULT_LIMITS,
         trusted_ingress: Iterable[str] = (),
+        authority: UriAuthority = OPEN,
     ) -> None:
         self.bus = bus
+        self.authority = authority  # who may serve which URIs (namespaces); OPEN: anyone, anything
         self.participant = participant or BROKER.participant()
         self.limits = limits
         self.cache = SnapshotCache()
@@ -220,7 +223,7 @@ class Broker:
     def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, DESCRIBE_TOPIC, DESCRIBE_REPLIES)
-        result = merge_round(principal, messages, self.limits)
+        result = merge_round(principal, messages, self.limits, self.authority)
         elapsed = time.perf_counter() - started
         self.stats.describe_rounds += 1
         self.stats.last_round_s = elapsed
@@ -308,7 +311,7 @@ class Broker:
     def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, TEMPLATES_TOPIC, TEMPLATES_REPLIES)
-        result = merge_templates(principal, messages, self.limits)
+        result = merge_templates(principal, messages, self.limits, self.authority)
         self.stats.templates_rounds += 1
         log.info(
             "templates for %s: %d templates from %d/%d capsules in %.1f ms%s",
@@ -424,7 +427,15 @@ class Broker:
                 what = "whose template covers" if route.via_template else "that listed"
                 gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule {what} {uri} is no longer loaded")
                 return gone, ReadStatus.OWNER_GONE
-            drained = drain(sub, delivery, principal=principal, uri=uri, preferred=preferred, window_s=window)
+            drained = drain(
+                sub,
+                delivery,
+                principal=principal,
+                uri=uri,
+                preferred=preferred,
+                window_s=window,
+                may_answer=lambda source: self.authority.may_serve(source, uri),
+            )
         return resolve(
             drained,
             principal=principal,

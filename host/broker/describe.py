@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.merge import FanOut, merge
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.resource import DescribeResponse, ResourceDefinition
@@ -66,13 +67,16 @@ DESCRIBE = FanOut[ResourceDefinition](
     audit_label="resource uri collision",
     validate=_one_definition,
     key=lambda definition: definition.uri,
+    authorized=lambda authority, source, definition: authority.may_serve(source, definition.uri),
     per_reply=lambda limits: limits.resources_per_describe,
     per_principal=lambda limits: limits.resources_per_principal,
 )
 
 
-def merge_round(principal: Principal, messages: Iterable[Message], limits: Limits) -> RoundResult:
-    merged = merge(DESCRIBE, principal, messages, limits)
+def merge_round(
+    principal: Principal, messages: Iterable[Message], limits: Limits, authority: UriAuthority = OPEN
+) -> RoundResult:
+    merged = merge(DESCRIBE, principal, messages, limits, authority)
     return RoundResult(
         principal,
         resources=merged.items,

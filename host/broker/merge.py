@@ -7,8 +7,9 @@ and applies, in a fixed order:
 2. honour at most one reply per envelope source-id (a second is dropped and
    logged);
 3. parse the reply; an over-size reply (more than the per-reply limit) is
-   dropped whole and logged, a bad entry is dropped alone, and a reply that
-   names one key twice keeps its first entry;
+   dropped whole and logged, a bad entry is dropped alone, an entry outside
+   what the URI authority lets its capsule serve is dropped with an audit
+   line, and a reply that names one key twice keeps its first entry;
 4. dedup on the key: the lexicographically first source-id wins whatever the
    arrival order, and every collision is written to the audit log;
 5. sort by the key and cap at the per-principal limit (extras dropped, logged).
@@ -27,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import strip_bad_meta
 from astrid.host.limits import Limits
@@ -48,6 +50,7 @@ class FanOut(Generic[Item]):
     audit_label: str  # "resource uri collision"
     validate: Callable[[object, dict[str, Any]], Item]  # one entry, with the limits in the context
     key: Callable[[Item], str]
+    authorized: Callable[[UriAuthority, str, Item], bool]  # may this source-id offer this entry?
     per_reply: Callable[[Limits], int]
     per_principal: Callable[[Limits], int]
 
@@ -65,12 +68,18 @@ class Merged(Generic[Item]):
     capped: int = 0
 
 
-def merge(kind: FanOut[Item], principal: Principal, messages: Iterable[Message], limits: Limits) -> Merged[Item]:
+def merge(
+    kind: FanOut[Item],
+    principal: Principal,
+    messages: Iterable[Message],
+    limits: Limits,
+    authority: UriAuthority = OPEN,
+) -> Merged[Item]:
     merged: Merged[Item] = Merged()
     seen: set[str] = set()  # every source-id that replied, whether its reply was kept or not
     per_source: dict[str, dict[str, Item]] = {}
     for message in messages:
-        accepted = _accepted(kind, principal, message, limits, merged, seen)
+        accepted = _accepted(kind, principal, message, limits, merged, seen, authority)
         if accepted is not None:
             per_source[message.source_id] = accepted
             merged.replied.add(message.source_id)
@@ -80,7 +89,13 @@ def merge(kind: FanOut[Item], principal: Principal, messages: Iterable[Message],
 
 
 def _accepted(
-    kind: FanOut[Item], principal: Principal, message: Message, limits: Limits, merged: Merged[Item], seen: set[str]
+    kind: FanOut[Item],
+    principal: Principal,
+    message: Message,
+    limits: Limits,
+    merged: Merged[Item],
+    seen: set[str],
+    authority: UriAuthority,
 ) -> dict[str, Item] | None:
     """The entries of one reply by key, or None when the whole reply is dropped."""
     source = message.source_id
@@ -126,6 +141,17 @@ def _accepted(
             log.warning("%s reply from %s: entry %d dropped: %s", kind.round, source, index, _first_error(exc))
             continue
         key = kind.key(item)
+        if not kind.authorized(authority, source, item):
+            merged.dropped_entries += 1
+            audit.warning(
+                "%s reply from %s: %s=%s dropped: outside the URI namespaces its capsule may serve (principal %s)",
+                kind.round,
+                source,
+                kind.key_name,
+                key,
+                principal,
+            )
+            continue
         if key in accepted:
             merged.dropped_entries += 1
             log.warning(

@@ -10,13 +10,16 @@ was drained into the outcome, by the routing rules of docs/contract.md §5:
   template's owner only (`preferred` is the owner either way; the broker
   picks it, docs/contract.md §9.3);
 - any other URI (a family member) goes to the lexicographically first
-  source-id that answered, whatever the timing, with an audit line per loser.
+  source-id that answered, whatever the timing, with an audit line per loser;
+- a reply from a capsule the URI authority does not let serve the URI (it is
+  outside its publisher's namespaces, or inside another's) is never taken.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -61,12 +64,14 @@ def drain(
     preferred: str | None,
     window_s: float,
     what: str = "read",
+    may_answer: Callable[[str], bool] | None = None,
 ) -> Drained:
     """Collect replies until `preferred` answers, every receiver is done, or the window ends.
 
     An unlisted URI (`preferred` None) waits for every receiver: who serves it
     must not depend on who answers fastest. A completion drains the same way,
     with `uri` the template and `what` "completion" (for the log).
+    `may_answer(source_id)` False: that capsule's reply is refused (the URI authority).
     """
     deadline = time.monotonic() + window_s
     drained = Drained()
@@ -84,6 +89,15 @@ def drain(
             return False
         if message.source_id in drained.replies:
             log.warning("second %s reply from %s for %s dropped", what, message.source_id, uri)
+            return False
+        if may_answer is not None and not may_answer(message.source_id):
+            audit.warning(
+                "%s reply from %s for %s refused: outside the URI namespaces its capsule may serve (principal %s)",
+                what,
+                message.source_id,
+                uri,
+                principal,
+            )
             return False
         drained.replies[message.source_id] = message
         return message.source_id == preferred

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.merge import FanOut, merge
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.template import ResourceTemplate, TemplatesResponse
@@ -90,13 +91,18 @@ TEMPLATES = FanOut[ResourceTemplate](
     audit_label="resource template collision",
     validate=_one_template,
     key=lambda template: template.uri_template,
+    authorized=lambda authority, source, template: authority.may_cover(
+        source, UriTemplate.parse(template.uri_template).literal_prefix
+    ),
     per_reply=lambda limits: limits.templates_per_describe,
     per_principal=lambda limits: limits.templates_per_principal,
 )
 
 
-def merge_templates(principal: Principal, messages: Iterable[Message], limits: Limits) -> TemplatesResult:
-    merged = merge(TEMPLATES, principal, messages, limits)
+def merge_templates(
+    principal: Principal, messages: Iterable[Message], limits: Limits, authority: UriAuthority = OPEN
+) -> TemplatesResult:
+    merged = merge(TEMPLATES, principal, messages, limits, authority)
     return TemplatesResult(
         principal,
         templates=merged.items,

@@ -18,11 +18,17 @@ Specs, as the operator types them:
                        declare (`astrid.host.kernel.reserved`); without it a
                        capsule can only serve
 
-The file (`$ASTRID_CONFIG_DIR/grants.json`) is keyed by capsule name:
-`{"version": 1, "capsules": {"files": {"fs": {"files": "/home/me/notes"},
-"kv": true, "http": ["api.example.com"], "bus": ["request"]}}}`. It is an
-`OwnerOnlyFile`: whoever writes it decides what capsules may touch. A running
-server re-reads it when it changes, so a grant or a revoke needs no restart.
+The file (`$ASTRID_CONFIG_DIR/grants.json`) is keyed by capsule name, and
+each entry is bound to one capsule's identity (`kernel.provenance`: its
+publisher's key and name when signed, its folder when local):
+`{"version": 1, "capsules": {"files": {"identity": "folder:/home/me/caps/files",
+"fs": {"files": "/home/me/notes"}, "kv": true, "http": ["api.example.com"],
+"bus": ["request"]}}}`. A capsule with the same name and another identity
+gets none of them. An entry with no identity (a grant made before grants were
+bound, or to a capsule not found when granting) is bound by the first capsule
+of that name the kernel loads (`adopt`). It is an `OwnerOnlyFile`: whoever
+writes it decides what capsules may touch. A running server re-reads it when
+it changes, so a grant or a revoke needs no restart.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class CapsuleGrants:
     kv: bool = False
     http: tuple[HttpGrant, ...] = ()
     bus_request: bool = False  # may ask other capsules over the bus
+    identity: str | None = None  # the capsule these belong to (`Provenance.grant_key`); None: not bound yet
 
     @property
     def mounts(self) -> dict[str, str]:
@@ -75,6 +82,8 @@ class CapsuleGrants:
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
+        if self.identity is not None:
+            document["identity"] = self.identity
         if self.fs:
             document["fs"] = dict(self.fs)
         if self.kv:
@@ -92,6 +101,11 @@ NO_GRANTS = CapsuleGrants()
 def grant_command(capsule: str, spec: str) -> str:
     """The exact command that grants `spec` to `capsule` (for error texts)."""
     return f"astrid capsule grant {capsule} {spec}"
+
+
+def check_spec(spec: str) -> None:
+    """Raise `GrantError` naming the shapes when `spec` is not a grant spec."""
+    _with_grant(NO_GRANTS, spec)
 
 
 def usable(
@@ -137,21 +151,42 @@ class GrantStore:
             self.path, noun="grants file", stakes="what capsules may reach", error=GrantError, parse=_parse, empty={}
         )
 
-    def for_capsule(self, name: str) -> CapsuleGrants:
-        return self.all().get(name, NO_GRANTS)
+    def for_capsule(self, name: str, identity: str | None = None) -> CapsuleGrants:
+        """Capsule `name`'s grants, if they belong to `identity` (or are not bound yet); None: any identity."""
+        granted = self.all().get(name, NO_GRANTS)
+        if identity is not None and granted.identity is not None and granted.identity != identity:
+            return NO_GRANTS  # a capsule of that name, but not the one the operator granted
+        return granted
 
     def all(self) -> dict[str, CapsuleGrants]:
         """Every capsule's grants as on disk now: one `stat` while the file is unchanged."""
         return self._file.current()
 
-    def grant(self, capsule: str, spec: str) -> str:
-        """Add the grant `spec` for `capsule`; returns it in canonical form."""
+    def grant(self, capsule: str, spec: str, identity: str | None = None) -> str:
+        """Add the grant `spec` for `capsule` (bound to `identity` when given); returns it in canonical form."""
         _check_capsule(capsule)
+        check_spec(spec)  # a bad spec fails before the file is touched
         with self._changing() as grants:
             current = grants.get(capsule, NO_GRANTS)
+            if identity is not None and current.identity not in (None, identity):
+                raise GrantError(
+                    f"the grants of {capsule} belong to another capsule of that name ({current.identity}): "
+                    f"revoke them first (`astrid capsule revoke {capsule} all`) to grant this one"
+                )
             updated, canonical = _with_grant(current, spec)
-            grants[capsule] = updated
+            grants[capsule] = replace(updated, identity=identity or current.identity)
         return canonical
+
+    def adopt(self, capsule: str, identity: str) -> bool:
+        """Bind `capsule`'s grants to `identity` if they are bound to nobody yet; True when it did."""
+        if self.all().get(capsule, NO_GRANTS).identity is not None or capsule not in self.all():
+            return False
+        with self._changing() as grants:
+            current = grants.get(capsule)
+            if current is None or current.identity is not None:
+                return False
+            grants[capsule] = replace(current, identity=identity)
+        return True
 
     def revoke(self, capsule: str, spec: str) -> bool:
         """Remove `spec` (`fs:MOUNT`, `kv`, `http:HOST[:PORT]`, `bus:request`, `all`); False when it was not granted."""
@@ -211,7 +246,7 @@ def _with_grant(current: CapsuleGrants, spec: str) -> tuple[CapsuleGrants, str]:
 def _without_grant(current: CapsuleGrants, spec: str) -> CapsuleGrants:
     kind, _, rest = spec.partition(":")
     if spec == "all":
-        return NO_GRANTS
+        return replace(NO_GRANTS, identity=current.identity)
     if spec == "kv":
         return replace(current, kv=False)
     if spec == BUS_REQUEST:
@@ -265,8 +300,11 @@ def _asked_host(entry: str) -> tuple[str, int | None]:
 def _parse_capsule(name: Any, item: Any) -> CapsuleGrants:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"capsule name {name!r} is not a capsule name")
-    if not isinstance(item, dict) or set(item) - {"fs", "kv", "http", "bus"}:
-        raise ValueError(f"the grants of {name!r} must be an object with fs, kv, http and bus only")
+    if not isinstance(item, dict) or set(item) - {"identity", "fs", "kv", "http", "bus"}:
+        raise ValueError(f"the grants of {name!r} must be an object with identity, fs, kv, http and bus only")
+    identity = item.get("identity")
+    if identity is not None and not (isinstance(identity, str) and identity.startswith(("key:", "folder:"))):
+        raise ValueError(f'the "identity" of {name!r} must be "key:FINGERPRINT/NAME" or "folder:PATH"')
     mounts = item.get("fs", {})
     if not isinstance(mounts, dict) or not all(
         isinstance(m, str) and _NAME.fullmatch(m) and isinstance(p, str) and os.path.isabs(p) for m, p in mounts.items()
@@ -284,6 +322,7 @@ def _parse_capsule(name: Any, item: Any) -> CapsuleGrants:
         kv=kv,
         http=tuple(parse_http_grant(h) for h in hosts),
         bus_request="request" in bus,
+        identity=identity,
     )
 
 

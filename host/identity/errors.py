@@ -45,3 +45,7 @@ class NamespaceTaken(TrustError):
         self.namespace = namespace  # the one asked for
         self.owner = owner  # the publisher that holds `held`
         self.held = held  # the namespace it holds
+
+
+class LockError(IdentityError):
+    """A capsule lock file that cannot be used, or a locked install whose bytes do not match."""

@@ -58,12 +58,12 @@ from astrid.host.identity.errors import SignatureError, UnsignedArtifact, Untrus
 from astrid.host.identity.keys import PublicKey, SigningKey, is_fingerprint, short_fingerprint
 from astrid.host.identity.trust import TrustStore, trust_add_command
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest
+from astrid.host.kernel.provenance import IDENTITY_FILE
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 # a name for our predicate (docs/publishing.md describes it), not a page to fetch
 PREDICATE_TYPE = "https://astrid-py.invalid/capsule-metadata/v1"
-IDENTITY_FILE = "identity.json"
 IDENTITY_FORMAT = 1
 MAX_IDENTITY_BYTES = 1024 * 1024
 

@@ -123,6 +123,10 @@ class TrustStore:
         """The file's content now (one `stat` while it is unchanged)."""
         return self._file.current()
 
+    def signature(self) -> object:
+        """What changes whenever the trust file does (the kernel re-checks installed capsules then)."""
+        return self._file.signature()
+
     def trusted(self, fingerprint: str) -> tuple[str, PublicKey] | None:
         """(publisher, key) for a trusted key's fingerprint, else None."""
         return self.current().key(fingerprint)

@@ -123,7 +123,7 @@ class CapabilityAbi:
 
     def _usable(self, instance: Instance) -> CapsuleGrants:
         asked = instance.capsule.manifest.capabilities
-        granted = self.grants.for_capsule(instance.capsule.name)
+        granted = self.grants.for_capsule(instance.capsule.name, instance.capsule.grant_identity)
         return usable(granted, fs=asked.fs, kv=asked.kv, http=asked.http)
 
     @staticmethod

@@ -46,6 +46,7 @@ from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, discover_capsules, load_capsule
 from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
+from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
 from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
@@ -71,6 +72,11 @@ class KernelConfig:
     # The bus, given the kernel's dispatcher and the payload cap; None: an InMemoryBus
     # (a NatsBus joins other hosts: docs/nats.md).
     bus_factory: Callable[[Dispatcher, int], InMemoryBus] | None = None
+    # Who a capsule folder is (its signature checked against the trust store) before it is
+    # loaded; None: every capsule is local and unsigned. `vet_epoch` changes whenever the
+    # answer may (the trust file changed): every folder is then checked again on reload.
+    vet: Vet | None = None
+    vet_epoch: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class LoadResult:
     source_id: str | None = None
     seconds: float = 0.0
     from_cache: bool = False
+    provenance: Provenance | None = None  # who it is (publisher or local), once loaded
+    digest: str | None = None  # sha256:<hex> of its component
 
 
 # What a rebuild, an edit or a chmod changes in a capsule folder (see `_fingerprint`).
@@ -122,6 +130,7 @@ class Kernel:
         self.abi = HostAbi(self.wasm.engine, self.bus, self.grants, self.config.kv_file or default_kv_file())
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
+        self._provenance: dict[str, Provenance] = {}  # who each served capsule is, by source-id
         self._failures: dict[Path, FailedSlot] = {}
         self.load_report: list[LoadResult] = []
         self.principals: set[Principal] = set()
@@ -176,7 +185,7 @@ class Kernel:
             kept = self._untouched(folders)
             # Fingerprints are taken before loading: a rebuild that lands
             # during the load differs from them and is loaded next time.
-            marks = {f: _fingerprint(f, _component_path(f)) for f in folders if f not in kept}
+            marks = {f: self._mark(f, _component_path(f)) for f in folders if f not in kept}
             loads = self._load_all(list(marks))
             # A capsule's name is its identity (logs, health, source-id): the
             # first folder in scan order keeps it, a second one is refused.
@@ -223,18 +232,23 @@ class Kernel:
         for folder in folders:
             slot = self.capsules.get(folder)
             if slot is not None:
-                if slot.fingerprint == _fingerprint(folder, slot.capsule.wasm_path):
+                if slot.fingerprint == self._mark(folder, slot.capsule.wasm_path):
                     kept[folder] = slot.result
                 continue
             failed = self._failures.get(folder)
-            if failed is not None and failed.fingerprint == _fingerprint(folder, _component_path(folder)):
+            if failed is not None and failed.fingerprint == self._mark(folder, _component_path(folder)):
                 kept[folder] = failed.result
         return kept
+
+    def _mark(self, folder: Path, wasm_path: Path | None) -> Fingerprint:
+        """The folder's files as they are, and the trust they were vetted under."""
+        epoch = self.config.vet_epoch() if self.config.vet_epoch is not None else None
+        return (*_fingerprint(folder, wasm_path), epoch)
 
     def _load_all(self, folders: list[Path]) -> dict[Path, LoadedCapsule | CapsuleLoadError]:
         def load(folder: Path) -> LoadedCapsule | CapsuleLoadError:
             try:
-                return load_capsule(folder, self.cache)
+                return load_capsule(folder, self.cache, self.config.vet)
             except CapsuleLoadError as exc:
                 return exc
 
@@ -263,15 +277,26 @@ class Kernel:
         """Serve a freshly loaded capsule from `folder`; True when that changed what is served."""
         self._failures.pop(folder, None)
         result = LoadResult(
-            folder, capsule.name, True, None, capsule.source_id, capsule.load_seconds, capsule.from_cache
+            folder,
+            capsule.name,
+            True,
+            None,
+            capsule.source_id,
+            capsule.load_seconds,
+            capsule.from_cache,
+            capsule.provenance,
+            f"sha256:{capsule.wasm_sha256}",
         )
         current = self.capsules.get(folder)
         if current is not None and _same_build(current.capsule, capsule):
-            # Touched, not changed: keep its bindings and sandboxes.
-            self.capsules[folder] = replace(current, result=result, fingerprint=mark)
+            # Touched, not changed: keep its bindings and sandboxes (who it is may have been re-checked).
+            kept = replace(current.capsule, provenance=capsule.provenance)
+            self.capsules[folder] = replace(current, capsule=kept, result=result, fingerprint=mark)
+            self._provenance[capsule.source_id] = capsule.provenance
             return result, False
         participant = self._bind_handlers(capsule, replacing=current.capsule if current is not None else None)
         self.capsules[folder] = CapsuleSlot(capsule, participant, result, mark)
+        self._provenance[capsule.source_id] = capsule.provenance
         if current is not None:
             self.sandboxes.drop_capsule(current.capsule.source_id)
             log.info("replaced capsule %s (%s)", current.capsule.name, current.capsule.source_id)
@@ -283,7 +308,24 @@ class Kernel:
             " from the compile cache" if capsule.from_cache else " (compiled)",
         )
         self._report_bus_asks(capsule, participant)
+        self._adopt_grants(capsule)
         return result, True
+
+    def _adopt_grants(self, capsule: LoadedCapsule) -> None:
+        """Grants made before they were bound to a capsule's identity go to this one, once, and say so."""
+        try:
+            adopted = self.grants.adopt(capsule.name, capsule.grant_identity)
+        except GrantError as exc:
+            log.error("the grants of %s cannot be bound to it: %s", capsule.name, exc)
+            return
+        if adopted:
+            log.warning(
+                "the grants of %s (made before grants were bound to a capsule's identity, or before it was found) "
+                "now belong to the capsule at %s (%s) only; `astrid capsule list -v` shows them",
+                capsule.name,
+                capsule.folder,
+                capsule.provenance.label(),
+            )
 
     @staticmethod
     def _report_bus_asks(capsule: LoadedCapsule, participant: CapsuleParticipant) -> None:
@@ -301,7 +343,7 @@ class Kernel:
             name=capsule.name,
             publish_acl=tuple(manifest.publish),
             subscribe_acl=tuple(manifest.subscribe),
-            bus_request_granted=self._bus_request_check(capsule.name),
+            bus_request_granted=self._bus_request_check(capsule),
         )
         bindings = [
             Binding(
@@ -316,12 +358,12 @@ class Kernel:
         self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
         return participant
 
-    def _bus_request_check(self, name: str) -> Callable[[], bool]:
-        """Has the operator granted capsule `name` `bus:request`, as the grants file says now?"""
+    def _bus_request_check(self, capsule: LoadedCapsule) -> Callable[[], bool]:
+        """Has the operator granted this capsule `bus:request`, as the grants file says now?"""
 
         def granted() -> bool:
             try:
-                return self.grants.for_capsule(name).bus_request
+                return self.grants.for_capsule(capsule.name, capsule.grant_identity).bus_request
             except GrantError:  # a corrupt or loose grants file grants nothing
                 return False
 
@@ -337,6 +379,7 @@ class Kernel:
 
     def _unload(self, folder: Path) -> None:
         capsule = self.capsules.pop(folder).capsule
+        self._provenance.pop(capsule.source_id, None)
         self.bus.unbind_owner(capsule.source_id)
         self.sandboxes.drop_capsule(capsule.source_id)
         log.info("unloaded capsule %s (%s)", capsule.name, capsule.source_id)
@@ -344,6 +387,10 @@ class Kernel:
     def loaded(self) -> list[LoadedCapsule]:
         with self._lock:
             return sorted((slot.capsule for slot in self.capsules.values()), key=lambda c: c.name)
+
+    def provenance_of(self, source_id: str) -> Provenance | None:
+        """Who the capsule with `source_id` is; None when no capsule here has it (another host's)."""
+        return self._provenance.get(source_id)
 
     # -- events and host services ---------------------------------------------------
 
@@ -382,7 +429,9 @@ class Kernel:
             asked = capsule.manifest.capabilities
             if not asked.fs:
                 continue
-            granted = usable(self.grants.for_capsule(capsule.name), fs=asked.fs, kv=False, http=())
+            granted = usable(
+                self.grants.for_capsule(capsule.name, capsule.grant_identity), fs=asked.fs, kv=False, http=()
+            )
             for _, template in granted.fs:
                 for principal in principals:
                     folder = mount_folder(template, principal.name if principal.is_verified else None)
@@ -407,9 +456,10 @@ class Kernel:
 
 
 def _fingerprint(folder: Path, wasm_path: Path | None) -> tuple:
-    """What a rebuild, an edit or a chmod changes: size, times and inode of the manifest and the component."""
+    """What a rebuild, an edit, a reinstall or a chmod changes: size, times and inode of the
+    manifest, the component and the identity file."""
     marks = []
-    for path in (folder / MANIFEST_NAME, wasm_path):
+    for path in (folder / MANIFEST_NAME, wasm_path, folder / IDENTITY_FILE):
         try:
             stat = path.stat() if path is not None else None
         except OSError:

@@ -10,9 +10,10 @@ from pathlib import Path
 import wasmtime
 from wasmtime.component import Component
 
-from astrid.host.errors import CapsuleLoadError
+from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
+from astrid.host.kernel.provenance import LOCAL, Provenance, Vet
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ class LoadedCapsule:
     component: Component
     load_seconds: float
     from_cache: bool
+    provenance: Provenance = LOCAL
+
+    @property
+    def grant_identity(self) -> str:
+        """Whom the operator's grants must name for this capsule to get them."""
+        return self.provenance.grant_key(self.name, self.folder)
 
 
 def source_id_for(name: str, wasm_sha256: str) -> str:
@@ -66,12 +73,18 @@ def discover_capsules(paths: list[Path]) -> list[Path]:
     return unique
 
 
-def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
+def load_capsule(folder: Path, cache: CompileCache, vet: Vet | None = None) -> LoadedCapsule:
+    """Check, compile (or take from the cache) and describe the capsule in `folder`. `vet` says who it is,
+    before anything of it is compiled; without one every capsule is local and unsigned."""
     folder = Path(folder).resolve()
     try:
         manifest = load_manifest(folder)
     except ManifestError as exc:
         raise CapsuleLoadError(str(exc)) from None
+    try:
+        provenance = vet(folder) if vet is not None else LOCAL
+    except AstridError as exc:
+        raise CapsuleLoadError(f"{manifest.name}: not loaded: {exc}") from None
     wasm_path = folder / manifest.component_file
     if not wasm_path.is_file():
         raise CapsuleLoadError(
@@ -83,6 +96,10 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
     except (wasmtime.WasmtimeError, OSError) as exc:
         problem = last_line(exc)
         raise CapsuleLoadError(f"{manifest.name}: {wasm_path.name} is not a valid component: {problem}") from None
+    if provenance.component_sha256 is not None and provenance.component_sha256 != loaded.wasm_sha256:
+        raise CapsuleLoadError(
+            f"{manifest.name}: {wasm_path.name} changed while it was being checked and loaded: load it again"
+        )
     check_interface(manifest.name, loaded.component, cache.wasm_engine.engine)
     return LoadedCapsule(
         name=manifest.name,
@@ -94,6 +111,7 @@ def load_capsule(folder: Path, cache: CompileCache) -> LoadedCapsule:
         component=loaded.component,
         load_seconds=loaded.seconds,
         from_cache=loaded.from_cache,
+        provenance=provenance,
     )
 
 

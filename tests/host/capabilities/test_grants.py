@@ -158,3 +158,26 @@ def test_bus_request_is_usable_only_when_the_manifest_declares_requests_or_repli
     assert usable(granted, fs=[], kv=False, http=[], bus_request=True).bus_request
     assert not usable(granted, fs=[], kv=False, http=[]).bus_request
     assert not usable(NO_GRANTS, fs=[], kv=False, http=[], bus_request=True).bus_request
+
+
+def test_grants_belong_to_the_identity_they_were_made_for(tmp_path: Path) -> None:
+    store = GrantStore(tmp_path / "grants.json")
+    mine, other = "folder:/srv/capsules/files", "folder:/tmp/files"
+    store.grant("files", "kv", mine)
+    store.grant("files", "fs:notes=/srv/notes")  # no identity given: the entry keeps its own
+    assert store.for_capsule("files", mine).specs() == ["fs:notes=/srv/notes", "kv"]
+    assert store.for_capsule("files", other).empty()
+    with pytest.raises(GrantError, match="revoke them first"):
+        store.grant("files", "kv", other)
+    assert store.revoke("files", "all") and store.grant("files", "kv", other) == "kv"
+    assert store.for_capsule("files", other).kv and store.for_capsule("files", mine).empty()
+
+
+def test_unbound_grants_are_adopted_once_by_the_first_capsule_that_claims_them(tmp_path: Path) -> None:
+    store = GrantStore(tmp_path / "grants.json")
+    store.grant("files", "kv")  # made without an identity (an older file, or no capsule found)
+    assert store.for_capsule("files", "folder:/a").kv  # unbound: whoever asks
+    assert store.adopt("files", "folder:/a") and not store.adopt("files", "folder:/b")
+    assert store.for_capsule("files", "folder:/a").kv and store.for_capsule("files", "folder:/b").empty()
+    assert not store.adopt("nobody", "folder:/a")
+    assert json.loads((tmp_path / "grants.json").read_text())["capsules"]["files"]["identity"] == "folder:/a"

@@ -200,9 +200,9 @@ def test_a_failed_capsule_is_retried_only_once_its_files_change(
     attempts: list[Path] = []
     real_load = kernel_module.load_capsule
 
-    def counting_load(folder, cache):
+    def counting_load(folder, cache, vet=None):
         attempts.append(folder)
-        return real_load(folder, cache)
+        return real_load(folder, cache, vet)
 
     monkeypatch.setattr(kernel_module, "load_capsule", counting_load)
 
@@ -253,9 +253,9 @@ def test_a_capsule_rebuilt_under_load_is_always_reachable_and_loaded_once(
     attempts: list[Path] = []
     real_load = kernel_module.load_capsule
 
-    def counting_load(folder, cache):
+    def counting_load(folder, cache, vet=None):
         attempts.append(folder)
-        return real_load(folder, cache)
+        return real_load(folder, cache, vet)
 
     monkeypatch.setattr(kernel_module, "load_capsule", counting_load)
     kernel.reload()

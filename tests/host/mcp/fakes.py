@@ -28,6 +28,9 @@ class FakeKernel:
         self.principals.add(principal)
         return principal
 
+    def provenance_of(self, source_id: str) -> None:
+        return None  # every capsule here is local and unsigned
+
     def add(self, capsule: FakeCapsule) -> FakeCapsule:
         self.capsules[capsule.name] = capsule
         return capsule
