@@ -65,7 +65,7 @@ class Plan:
         asks = capsule.capabilities.specs() or ["none"]
         lines = [
             f"capsule     {capsule.name} {capsule.version}" + (f" (replaces {self.replaces})" if self.replaces else ""),
-            f"publisher   {capsule.signer_text() if capsule.signed else 'UNSIGNED: nobody vouches for this code'}",
+            f"publisher   {_publisher(capsule)}",
             f"digest      {self.fetched.artifact_digest} (component {capsule.digest})",
             f"source      {self.fetched.source}",
             f"namespaces  {', '.join(capsule.namespaces) or 'none'}",
@@ -77,6 +77,12 @@ class Plan:
         if capsule.signed and not capsule.namespaces:
             lines.append("note        it claims no namespace, so as a signed capsule it can serve no resource")
         return lines
+
+
+def _publisher(capsule: VerifiedCapsule) -> str:
+    if capsule.key_fingerprint is None:
+        return "UNSIGNED: nobody vouches for this code"
+    return f"{capsule.publisher} (key {capsule.key_fingerprint[:16]})"
 
 
 def plan_install(fetched: Fetched, trust: TrustStore, home: Path, *, allow_unsigned: bool = False) -> Plan:

@@ -93,7 +93,7 @@ def test_an_operator_publishes_installs_by_tag_and_by_digest_and_serves(operator
         assert by_digest.startswith(registry.ref("team/docs@sha256:"))
 
         installed = operator("capsule", "install", registry.ref("team/docs:1.0"), "--yes")
-        assert "publisher   publisher acme" in installed.stderr and DOCS_NAMESPACE in installed.stderr
+        assert "publisher   acme (key " in installed.stderr and DOCS_NAMESPACE in installed.stderr
         assert (operator.home / "docs" / "identity.json").is_file()
 
         second_home = tmp_path / "home2"
