@@ -15,12 +15,16 @@ REGISTRY_BIN := /usr/bin/docker-registry
 # Set-up output goes to stderr: `make serve`'s stdout carries only JSON-RPC.
 
 $(BIN)/python:
+	@echo "creating $(VENV) with $(PYTHON) ..." 1>&2
 	@$(PYTHON) -m venv $(VENV) 1>&2
 	@$(BIN)/pip install -q --upgrade pip 1>&2
 
+# pip's "Collecting ..." lines say what is being installed (a minute or so on a fresh clone).
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "installing astrid-py and its test extras into $(VENV) ..." 1>&2
-	@$(BIN)/pip install -q -e '.[test,bench]' 1>&2
+	@echo "installing astrid-py and its test extras into $(VENV) (pinned: wasmtime, componentize-py, mcp) ..." 1>&2
+	@$(BIN)/pip install --progress-bar off --disable-pip-version-check -e '.[test,bench]' > $(VENV)/pip-install.log 2>&1 & pid=$$!; \
+	  tail -n +1 -F --pid=$$pid $(VENV)/pip-install.log 2>/dev/null | grep --line-buffered -E '^(Collecting|Successfully installed)' 1>&2; \
+	  wait $$pid || { tail -n 30 $(VENV)/pip-install.log 1>&2; echo "pip install failed: the whole log is $(VENV)/pip-install.log" 1>&2; exit 1; }
 	@touch $(STAMP)
 
 # The MCP TypeScript SDK's client, for the interop test (needs Node.js 20+ and npm).
