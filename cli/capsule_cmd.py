@@ -13,6 +13,9 @@ from astrid.cli.grant_cmd import capability_lines, grant_store, grants_option
 from astrid.cli.main import capsule
 
 MANIFEST_NAME = "Capsule.toml"
+SEARCH_DEPTH = 4  # folder levels below PATH searched for capsules when none is at PATH or just below it
+SEARCH_MAX_FOLDERS = 5000  # folders looked at in that search, at most
+_SEARCH_SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
 
 def _human_size(size: float) -> str:
@@ -31,10 +34,61 @@ def _capsule_folders(path: Path) -> list[Path]:
         raise UserError(f"{path}: no such folder")
     found = sorted(child for child in path.iterdir() if (child / MANIFEST_NAME).is_file())
     if not found:
-        raise UserError(
-            f"{path}: no {MANIFEST_NAME} here or in its subfolders (create one with `astrid capsule new NAME`)"
-        )
+        raise UserError(f"{path}: no {MANIFEST_NAME} here or in its subfolders; {_look_deeper(path, 'build')}")
     return found
+
+
+def _deeper_capsules(path: Path) -> dict[Path, list[str]]:
+    """Folders 2..SEARCH_DEPTH levels below `path` that hold capsule folders: parent -> capsule names.
+
+    Bounded: hidden folders, caches, virtualenvs and build outputs are skipped,
+    and at most SEARCH_MAX_FOLDERS folders are looked at.
+    """
+    found: dict[Path, list[str]] = {}
+    level = [path]
+    looked = 0
+    for depth in range(1, SEARCH_DEPTH + 1):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                children = sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink())
+            except OSError:
+                continue
+            for child in children:
+                looked += 1
+                if looked > SEARCH_MAX_FOLDERS:
+                    return found
+                if child.name.startswith(".") or child.name in _SEARCH_SKIP or (child / "pyvenv.cfg").exists():
+                    continue
+                if (child / MANIFEST_NAME).is_file():
+                    if depth > 1:
+                        found.setdefault(folder, []).append(child.name)
+                    continue  # a capsule's own subfolders hold no capsules
+                below.append(child)
+        level = below
+    return found
+
+
+def _look_deeper(path: Path, command: str) -> str:
+    """Where the capsules below `path` are, with the command that uses them; else how to make one."""
+    deeper = _deeper_capsules(path)
+    if not deeper:
+        return (
+            f"none within {SEARCH_DEPTH} folder levels below it either "
+            "(create a capsule with `astrid capsule new NAME`)"
+        )
+
+    def shown(folder: Path, names: list[str]) -> str:
+        listed = ", ".join(names[:4]) + (f", +{len(names) - 4}" if len(names) > 4 else "")
+        return f"{folder}{'' if str(folder).endswith('/') else '/'} ({listed})"
+
+    # the shallowest folders first, the fullest first among them
+    ranked = sorted(deeper.items(), key=lambda item: (len(item[0].parts), -len(item[1]), str(item[0])))
+    places = "; ".join(shown(folder, names) for folder, names in ranked[:4])
+    rest = len(ranked) - 4
+    more = f"; and {rest} more folder{'s' if rest > 1 else ''}" if rest > 0 else ""
+    first = ranked[0][0]
+    return f"capsules sit deeper: {places}{more}. Give one of these folders: `astrid capsule {command} {first}`"
 
 
 @capsule.command("new")
@@ -44,6 +98,7 @@ def _capsule_folders(path: Path) -> list[Path]:
     "parent",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
+    metavar="PARENT",
     help="Create the capsule folder inside PARENT (default: the current folder).",
 )
 def capsule_new(name: str, parent: Path | None) -> None:
@@ -61,7 +116,11 @@ def capsule_new(name: str, parent: Path | None) -> None:
 class _Progress:
     """An elapsed-seconds line on a TTY; a start and an end line otherwise."""
 
-    LABELS = {"componentize": "building with componentize-py", "compile": "compiling for wasmtime"}
+    LABELS = {
+        "requirements": "installing requirements.txt with pip",
+        "componentize": "building with componentize-py",
+        "compile": "compiling for wasmtime",
+    }
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -106,7 +165,10 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     """Build the capsule at PATH (or every capsule folder inside PATH) into a WebAssembly component.
 
     The entry module is app.py; it must define WitWorld (WitWorld = capsule.world()).
-    Unchanged capsules come from the build cache (ASTRID_BUILD_CACHE_DIR).
+    The build sees the standard library, the guest SDK, the capsule folder and the
+    pure-Python packages pinned (name==version) in a requirements.txt beside app.py.
+    Capsule.toml is checked against what app.py serves: a mismatch names the lines to
+    add or remove. Unchanged capsules come from the build cache (ASTRID_BUILD_CACHE_DIR).
     """
     from astrid.host.build.builder import BuildError, build_capsule
 
@@ -114,7 +176,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     if out is not None and len(folders) > 1:
         raise UserError(f"{path} holds {len(folders)} capsules: -o works with one capsule folder")
     for folder in folders:
-        progress = _Progress(folder.name)
+        progress = _Progress(folder.resolve().name)
         try:
             result = build_capsule(folder, out, progress=progress, precompile=not no_precompile)
         except BuildError as exc:
@@ -124,8 +186,53 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
             progress.finish(failed=True)
             raise
         progress.finish()
+        for warning in result.warnings:
+            click.echo(f"warning: {result.name}: {warning}", err=True)
         how = "unchanged, from the build cache" if result.cached else "built"
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
+
+
+def _code_mismatch(folder: Path, manifest) -> list[str]:
+    """Warning lines when Capsule.toml does not match what app.py serves (as the build would refuse it).
+
+    Only for a local capsule whose app.py is here (an installed, signed one is
+    not run on the host), and only when its pinned packages are already
+    installed in the build cache: nothing is installed or downloaded here.
+    """
+    from astrid.host.build.builder import ENTRY_MODULE, default_build_cache_dir
+    from astrid.host.build.code_check import check_manifest, read_code
+    from astrid.host.build.requirements import cached_site, read_requirements
+    from astrid.host.errors import BuildError
+    from astrid.host.kernel.provenance import IDENTITY_FILE
+
+    if not (folder / f"{ENTRY_MODULE}.py").is_file() or (folder / IDENTITY_FILE).exists():
+        return []
+    try:
+        requirements = read_requirements(folder)
+    except BuildError:
+        return []
+    site = None
+    if requirements is not None:
+        site = cached_site(requirements, default_build_cache_dir())
+        if site is None:
+            return []
+    reading = read_code(folder, site.site_packages if site is not None else None)
+    if reading.facts is None:
+        return []
+    try:
+        text = (folder / MANIFEST_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    result = check_manifest(manifest, reading.facts, text)
+    lines = []
+    if result.errors:
+        lines.append(f"  warning: {MANIFEST_NAME} does not match what app.py serves (the build refuses it):")
+        for problem in result.errors:
+            first, *rest = problem.splitlines()
+            lines.append(f"    - {first}")
+            lines.extend(f"      {line}" for line in rest)
+    lines.extend(f"  warning: {warning}" for warning in result.warnings)
+    return lines
 
 
 @capsule.command("list")
@@ -139,9 +246,12 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
 )
 @grants_option
 def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | None) -> None:
-    """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load."""
+    """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load.
+
+    Without PATHS: the current folder when it holds capsules, else the capsule home.
+    """
     try:
-        from astrid.host.kernel.loader import CapsuleLoadError, discover_capsules, load_capsule
+        from astrid.host.kernel.loader import CapsuleLoadError, discover_capsules, load_capsule, stale_component
     except ImportError:
         raise UserError("`astrid capsule list` needs the kernel's capsule loader, which this install lacks") from None
     from astrid.host.identity.trust import TrustStore, default_trust_file
@@ -151,16 +261,31 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
     from astrid.host.kernel.reserved import bus_asks
     from astrid.host.settings import default_capsule_home
 
-    roots = list(paths) or [Path(".")]
-    for root in roots:
-        if not root.exists():
-            raise UserError(f"{root}: no such file or folder")
-    folders = discover_capsules(roots)
-    if not folders:
-        raise UserError(
-            f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}; installed capsules "
-            f"are in {default_capsule_home()}"
-        )
+    home = default_capsule_home()
+    if paths:
+        roots = list(paths)
+        for root in roots:
+            if not root.exists():
+                raise UserError(f"{root}: no such file or folder")
+        folders = discover_capsules(roots)
+        if not folders:
+            deeper = f"; {_look_deeper(roots[0], 'list')}" if len(roots) == 1 and roots[0].is_dir() else ""
+            raise UserError(
+                f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}{deeper}; installed "
+                f"capsules are in {home}"
+            )
+    else:
+        folders = discover_capsules([Path(".")])
+        if folders:
+            click.echo(f"listing the current folder (the capsule home is {home})")
+        else:
+            folders = discover_capsules([home]) if home.is_dir() else []
+            if not folders:
+                raise UserError(
+                    f"no capsules (folders with {MANIFEST_NAME}) in the current folder, nor in the capsule home "
+                    f"{home}; {_look_deeper(Path('.'), 'list')}"
+                )
+            click.echo(f"listing the capsule home {home} (the current folder holds no capsule)")
     cache = CompileCache()
     vet = vetter(TrustStore(default_trust_file()))
     failures = 0
@@ -198,5 +323,11 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             click.echo(f"  handler: {pattern} -> {handler}")
         if not handlers:
             click.echo("  handler: none (it never runs)")
+        stale = stale_component(folder, manifest)
+        if stale is not None:
+            click.echo(f"  warning: {stale}")
+        if verbose:
+            for line in _code_mismatch(folder, manifest):
+                click.echo(line)
     if failures:
         sys.exit(1)

@@ -1,4 +1,4 @@
-"""`astrid capsule grant` / `revoke`: what the operator lets a capsule reach.
+"""`astrid capsule grant` / `revoke`: what the operator lets a capsule reach; `astrid grants list`: all of it.
 
 A capsule's `Capsule.toml` only asks (`[capabilities]`); these commands write
 the grants file (`astrid.host.capabilities.grants`). A running server reads
@@ -7,13 +7,14 @@ the file on every call, so a grant or a revoke needs no restart.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from astrid.cli.main import capsule
+from astrid.cli.main import capsule, cli
 
 SPEC_HELP = """SPEC is one of:
 
@@ -80,6 +81,9 @@ def capsule_grant(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, .
     for spec in specs:
         granted = store.grant(name, spec, identity)
         _say(f"granted {granted} to {name} (in {store.path})")
+        warning = _folder_warning(granted)
+        if warning:
+            _say(warning)
     if identity is not None:
         _say(f"the grants of {name} belong to {label}")
     else:
@@ -88,9 +92,30 @@ def capsule_grant(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, .
             f"that loads takes these grants (pass --capsules PATH to bind them to one now)"
         )
     _say(
-        "a running server applies it to the next call; the capsule must also ask for it in its Capsule.toml "
+        "a running server applies it at once (its next call, its resource lists within a second); "
+        "the capsule must also ask for it in its Capsule.toml "
         "([capabilities], or for bus:request the requests and replies in [publish] and [subscribe])"
     )
+
+
+def _folder_warning(granted: str) -> str | None:
+    """One line when the folder of an fs grant is not there (granted anyway: it may be made later)."""
+    from astrid.host.capabilities.grants import PRINCIPAL_PLACEHOLDER
+
+    kind, _, rest = granted.partition(":")
+    if kind != "fs":
+        return None
+    path = rest.partition("=")[2]
+    if PRINCIPAL_PLACEHOLDER in path:  # one folder per principal: the folder above them must be there
+        parent = path.split(PRINCIPAL_PLACEHOLDER)[0]
+        folder = Path(parent if parent.endswith(("/", "\\")) else os.path.dirname(parent) or parent)
+        if folder.is_dir():
+            return None
+        return f"warning: {folder} does not exist (yet): no principal's folder under it can be served until it does"
+    if Path(path).is_dir():
+        return None
+    what = "is not a folder" if Path(path).exists() else "does not exist (yet)"
+    return f"warning: {path} {what}: the capsule gets nothing from it until it is a folder"
 
 
 def _identity_of(name: str, capsule_dirs: tuple[Path, ...]) -> tuple[str | None, str]:
@@ -131,6 +156,109 @@ def _named(name: str, roots: list[Path]) -> dict[str, str]:
             continue  # it would not load either: nothing to bind to
         found.setdefault(provenance.grant_key(name, folder), f"the capsule at {folder} ({provenance.label()})")
     return found
+
+
+@cli.group("grants")
+def grants_group() -> None:
+    """What the operator granted capsules (the grants file)."""
+
+
+@grants_group.command("list")
+@click.option(
+    "--capsules",
+    "capsule_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="Where to look for the capsules besides the capsule home (a capsule folder or a parent of many).",
+)
+@grants_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document, for scripts.")
+def grants_list(capsule_dirs: tuple[Path, ...], grants_file: Path | None, as_json: bool) -> None:
+    """Every capsule's grants, the capsule each is bound to, and whether that capsule is found now.
+
+    Capsules are looked for in the capsule home and the --capsules paths,
+    as `astrid mcp serve` finds them.
+    """
+    import json
+
+    from astrid.host.settings import capsule_paths
+
+    store = grant_store(grants_file)
+    granted = store.all()
+    found = _capsules_under(capsule_paths(capsule_dirs))
+    entries = [_grant_entry(name, granted[name], found) for name in sorted(granted)]
+    if as_json:
+        click.echo(json.dumps({"grants_file": str(store.path), "capsules": entries}, indent=2))
+        return
+    if not entries:
+        _say(f"no grants in {store.path}; grant with `astrid capsule grant NAME SPEC`")
+        return
+    _say(f"the grants in {store.path}:")
+    for entry in entries:
+        for line in _entry_lines(entry):
+            click.echo(line)
+
+
+def _capsules_under(roots: list[Path]) -> list[dict[str, str]]:
+    """Every capsule under `roots` a server would load: its name, folder, grant identity and who it is."""
+    from astrid.host.errors import AstridError
+    from astrid.host.identity.trust import TrustStore, default_trust_file
+    from astrid.host.identity.vetting import vetter
+    from astrid.host.kernel.loader import discover_capsules
+    from astrid.host.kernel.manifest import ManifestError, load_manifest
+
+    vet = vetter(TrustStore(default_trust_file()))
+    found = []
+    for folder in discover_capsules(roots):
+        try:
+            name = load_manifest(folder).name
+            provenance = vet(folder)
+        except (ManifestError, AstridError):
+            continue  # it would not load: no capsule to hold grants
+        identity = provenance.grant_key(name, folder)
+        found.append({"name": name, "folder": str(folder), "identity": identity, "who": provenance.label()})
+    return found
+
+
+def _grant_entry(name: str, grants: Any, found: list[dict[str, str]]) -> dict[str, Any]:
+    """One capsule's line in `grants list --json`."""
+    from astrid.host.capabilities.grants import PRINCIPAL_PLACEHOLDER
+
+    named = [capsule for capsule in found if capsule["name"] == name]
+    own = [c for c in named if grants.identity is None or c["identity"] == grants.identity]
+    missing = [p for _, p in grants.fs if PRINCIPAL_PLACEHOLDER not in p and not Path(p).is_dir()]
+    return {
+        "name": name,
+        "grants": grants.specs(),
+        "identity": grants.identity,  # None: not bound yet, the first capsule of that name to load takes them
+        "found": bool(own),
+        "capsule": own[0] if own else None,
+        "others": [c for c in named if c not in own],  # same name, another identity: they get none of these
+        "missing_folders": missing,
+    }
+
+
+def _entry_lines(entry: dict[str, Any]) -> list[str]:
+    name = entry["name"]
+    lines = [f"{name}: {', '.join(entry['grants']) or 'nothing'}"]
+    identity = entry["identity"]
+    if identity is None:
+        lines.append(f"  bound to: nobody yet (the first capsule named {name} that loads takes these grants)")
+    else:
+        lines.append(f"  bound to: {identity}")
+    capsule = entry["capsule"]
+    if capsule is not None:
+        lines.append(f"  found: the capsule at {capsule['folder']} ({capsule['who']})")
+    elif entry["others"]:
+        lines.append(f"  found: no capsule named {name} with this identity")
+    else:
+        lines.append(f"  found: no capsule named {name} in the capsule home or the --capsules paths")
+    for other in entry["others"]:
+        lines.append(f"  another capsule named {name}, at {other['folder']} ({other['who']}), gets none of these")
+    for folder in entry["missing_folders"]:
+        lines.append(f"  warning: the folder {folder} does not exist (yet)")
+    return lines
 
 
 @capsule.command("revoke", epilog="SPEC is fs:MOUNT, kv, http:HOST[:PORT], bus:request, or all.")

@@ -8,6 +8,8 @@ server anyone on the network can reach must know who is asking.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,12 +17,14 @@ import click
 
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
+    INTERRUPTED_EXIT,
     RESOURCE_TOOLS_LINE,
     BusOptions,
     announce,
     make_runtime,
     resolve_capsule_paths,
     resolve_principal,
+    show_server_events,
 )
 
 # Worker threads for requests: the per-principal cap (16) times a few
@@ -44,6 +48,7 @@ class HttpOptions:
     limits: list[str] = field(default_factory=list)  # --http-limit NAME=VALUE
     resource_tools: bool = False  # also offer the resources as two read-only tools
     bus: BusOptions | None = None  # --bus nats://...: capsules on other hosts too
+    access_log: bool = True  # one line per request on stderr (--no-access-log: none)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -152,6 +157,7 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         tls_cert=options.tls_cert,
         tls_key=options.tls_key,
         limits=limits,
+        access_log=options.access_log,
     )
     server = AstridMcpServer(
         runtime, limits=runtime.limits, worker_threads=WORKER_THREADS, resource_tools=options.resource_tools
@@ -160,9 +166,12 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         listener = HttpListener(server, settings)
     except OSError as exc:
         raise UserError(f"--http {options.address}: cannot listen there ({exc.strerror or exc})") from None
+    show_server_events()
     _say(f"serving MCP resources at {listener.url} (streamable HTTP)")
     _say(auth_line)
     _say(_limits_line(listener))
+    if options.access_log:
+        _say("access log: one line per request (time, client, user, method, URI or name, status, ms); --no-access-log")
     paths = runtime.config.capsule_paths
     _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
     if options.resource_tools:
@@ -170,13 +179,19 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
     runtime.start(background=True)
     hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
     announce(runtime, watch, hint)
+    interrupted = False
     try:
-        listener.serve()
+        listener.serve()  # uvicorn stops on the first Ctrl-C, then re-raises it
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         listener.close()
         runtime.close()
+    if interrupted:  # as on stdio: said, and the status of an interrupted command
+        if os.isatty(2):  # after the terminal's `^C`
+            click.echo("", err=True)
+        _say("stopped")
+        sys.exit(INTERRUPTED_EXIT)
 
 
 __all__ = ["HttpOptions", "parse_address", "resolve_principal", "serve_http"]

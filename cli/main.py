@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -14,11 +15,20 @@ from astrid.host.version import astrid_version
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(astrid_version(), "--version", prog_name="astrid")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr; -v also shows tracebacks.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="The settings of `astrid mcp serve` (default: ./astrid.toml, else astrid.toml in the user config dir).",
+)
 @click.pass_context
-def cli(ctx: click.Context, verbose: int) -> None:
+def cli(ctx: click.Context, verbose: int, config_file: Path | None) -> None:
     """astrid: run sandboxed WebAssembly capsules and serve their resources over MCP."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    ctx.obj["config_file"] = config_file  # read by the commands that use it (cli/config_file.py)
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
 

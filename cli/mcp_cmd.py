@@ -5,17 +5,37 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
+from astrid.cli.client_install import (
+    CLIENTS,
+    check_name,
+    check_url,
+    default_name,
+    http_entry,
+    install_entry,
+    server_entry,
+)
+from astrid.cli.config_file import (
+    HTTP_ONLY,
+    KEYS,
+    ConfigFileCommand,
+    explicit_config_file,
+    from_command_line,
+    from_file,
+    load_config,
+    serving_config,
+)
 from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
-from astrid.host.settings import PATH_SETTINGS
 
 log = logging.getLogger("astrid.cli")
 
@@ -57,16 +77,48 @@ def resolve_principal(principal: str | None) -> str:
     return name
 
 
+MANIFEST = "Capsule.toml"  # astrid.host.kernel.manifest.MANIFEST_NAME, without importing pydantic here
+
+
 def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
+    """The capsule home and the --capsules paths, checked: a missing path or another file is an
+    error, a Capsule.toml stands for its folder, a folder with no capsule in it is warned about."""
     from astrid.host.settings import capsule_paths
 
+    folders: list[Path] = []
     for path in capsule_dirs:
-        if not path.expanduser().exists():
+        full = path.expanduser()
+        if not full.exists():
             raise UserError(
                 f"--capsules {path}: no such folder (give a capsule folder or a folder of capsules; "
                 "create one with `astrid capsule new NAME`)"
             )
-    return capsule_paths(capsule_dirs)
+        if full.is_file() and full.name == MANIFEST:
+            _say(f"--capsules {path}: serving the capsule folder it is in, {full.parent}")
+            full = full.parent
+        elif not full.is_dir():
+            hint = f"; install an artifact with `astrid capsule install {path}`" if full.suffix == ".capsule" else ""
+            raise UserError(
+                f"--capsules {path}: a file, not a folder: give the capsule's folder (the one with {MANIFEST}) "
+                f"or a folder of capsule folders{hint}"
+            )
+        elif not _holds_capsules(full):
+            _say(
+                f"warning: --capsules {path}: no capsule there (no {MANIFEST} in it nor in its subfolders), "
+                f"so nothing is served from it; create one with `astrid capsule new NAME --dir {path}`"
+            )
+        folders.append(full)
+    return capsule_paths(folders)
+
+
+def _holds_capsules(folder: Path) -> bool:
+    """A capsule folder, or a folder with one capsule folder at least (as the kernel discovers them)."""
+    if (folder / MANIFEST).is_file():
+        return True
+    try:
+        return any((child / MANIFEST).is_file() for child in folder.iterdir())
+    except OSError:
+        return True  # unreadable: the kernel says what it can
 
 
 def make_runtime(
@@ -128,7 +180,7 @@ def _say(message: str) -> None:
 # -- serve -----------------------------------------------------------------------------
 
 
-@mcp.command("serve")
+@mcp.command("serve", cls=ConfigFileCommand)
 @capsules_option
 @principal_option
 @click.option("--watch/--no-watch", default=True, show_default=True, help="Reload capsules when their folders change.")
@@ -154,9 +206,10 @@ def _say(message: str) -> None:
     "--principal-claim", metavar="CLAIM", default="sub", show_default=True, help="HTTP with --jwks: the user claim."
 )
 @click.option(
-    "--no-auth",
-    is_flag=True,
-    help="HTTP on loopback only: no credential; every request acts for --principal.",
+    "--no-auth/--auth",
+    "no_auth",
+    default=False,
+    help="HTTP on loopback only: no credential; every request acts for --principal (--auth: undo the config file's).",
 )
 @click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: allow this Origin.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="HTTP: TLS certificate.")
@@ -178,10 +231,16 @@ def _say(message: str) -> None:
     "timeouts; connections-per-client=0 behind a reverse proxy. docs/security.md says when to change them.",
 )
 @click.option(
-    "--resource-tools",
-    is_flag=True,
+    "--resource-tools/--no-resource-tools",
+    default=False,
     help="Also offer the resources as two read-only tools (list_resources, read_resource), "
     "so the client's model can fetch context itself.",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    help="HTTP: one line per request on stderr (time, client address, user, method, URI or name, status, ms) "
+    "[default: on].",
 )
 @bus_options
 def mcp_serve(
@@ -201,6 +260,7 @@ def mcp_serve(
     resource_tools: bool,
     max_sandboxes: int | None,
     http_limits: tuple[str, ...],
+    access_log: bool,
     bus_url: str | None,
     nats_creds: Path | None,
 ) -> None:
@@ -210,21 +270,33 @@ def mcp_serve(
     The server answers `initialize` at once; capsules load in the background
     and requests wait for them.
     """
+    config = serving_config()  # astrid.toml: its values are the defaults of the options above
+    if config is not None:
+        _say(f"settings from {config.path} ({config.found}; flags override it)")
+        if config.values.get("http_limits") and from_command_line("http_limits"):
+            http_limits = (*config.values["http_limits"], *http_limits)  # a flag overrides that one limit
     bus = BusOptions(bus_url, nats_creds)
     if http_address is None:
         http_only = {
-            "--tokens": token_file,
-            "--jwks": jwks,
-            "--no-auth": no_auth,
-            "--tls-cert": tls_cert,
-            "--max-sandboxes": max_sandboxes,
-            "--http-limit": http_limits,
+            "--tokens": ("token_file", token_file),
+            "--jwks": ("jwks", jwks),
+            "--no-auth": ("no_auth", no_auth),
+            "--tls-cert": ("tls_cert", tls_cert),
+            "--max-sandboxes": ("max_sandboxes", max_sandboxes),
+            "--http-limit": ("http_limits", http_limits),
+            "--no-access-log": ("access_log", not access_log),
         }
-        given = [name for name, value in http_only.items() if value]
+        given = [name for name, (param, value) in http_only.items() if value and not from_file(param)]
         if given:
             raise UserError(f"{', '.join(given)}: HTTP options, give them with --http [HOST:]PORT")
+        unused = [k for k in HTTP_ONLY if config and config.values.get(KEYS[k].param) and from_file(KEYS[k].param)]
+        if unused and config is not None:
+            _say(f"{config.path}: {', '.join(unused)}: used with --http only (this serves stdio)")
         _serve_stdio(capsule_dirs, principal, watch, resource_tools, bus)
         return
+    if config is not None and principal is not None and not no_auth and from_file("principal"):
+        _say(f"{config.path}: principal: used on stdio and with no-auth only (with auth, a credential names its user)")
+        principal = None
     from astrid.cli.http_serve import HttpOptions, serve_http
 
     options = HttpOptions(
@@ -242,6 +314,7 @@ def mcp_serve(
         max_sandboxes=max_sandboxes,
         limits=list(http_limits),
         bus=bus,
+        access_log=access_log,
     )
     serve_http(capsule_dirs, principal, watch, options)
 
@@ -252,29 +325,109 @@ def _serve_stdio(
     import anyio
 
     from astrid.host.mcp.server import AstridMcpServer
+    from astrid.host.mcp.stdio import InputStop
     from astrid.host.settings import default_capsule_home
 
-    runtime = make_runtime(capsule_dirs, principal, bus=bus)
-    if bus.url is not None:
-        _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
-    paths = runtime.config.capsule_paths
-    _say(f"serving MCP resources on stdio for principal {runtime.principal!r}")
-    if paths:
-        _say("capsule paths: " + ", ".join(str(p) for p in paths))
-    else:
-        _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
-    if resource_tools:
-        _say(RESOURCE_TOOLS_LINE)
-    runtime.start(background=True)
-    hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
-    announce(runtime, watch, hint)
-    server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=resource_tools)
+    # Ctrl-C ends the input as Ctrl-D does: the requests already read are answered, then it exits.
+    stop = InputStop(on_stop=_stopping)
+    with _ctrl_c_requests(stop):
+        runtime = make_runtime(capsule_dirs, principal, bus=bus)
+        show_server_events()
+        if bus.url is not None:
+            _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
+        paths = runtime.config.capsule_paths
+        _say(f"serving MCP resources on stdio for principal {runtime.principal!r}")
+        terminal = _stdin_is_terminal()
+        if terminal:  # a person, not a client, is on stdin
+            _say(WAITING_LINE)
+        if paths:
+            _say("capsule paths: " + ", ".join(str(p) for p in paths))
+        else:
+            _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
+        if resource_tools:
+            _say(RESOURCE_TOOLS_LINE)
+        runtime.start(background=True)
+        hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
+        if terminal:
+            hint += " (the client starts its own server); this one is " + WAITING_LINE
+        announce(runtime, watch, hint)
+        server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=resource_tools)
+        interrupted = False
+        try:
+            anyio.run(server.run_stdio, stop)
+        except KeyboardInterrupt:  # Ctrl-C again, while the last answers were awaited
+            interrupted = True
+        finally:
+            runtime.close()
+            stop.close()
+    if stop.requested or interrupted:
+        _say("stopped")
+        sys.exit(INTERRUPTED_EXIT)
+
+
+WAITING_LINE = "waiting for an MCP client on stdin (Ctrl-C to stop)"
+# What a shell reports for a command ended by Ctrl-C (128 + SIGINT); end of input exits 0.
+INTERRUPTED_EXIT = 130
+
+
+def _stdin_is_terminal() -> bool:
     try:
-        anyio.run(server.run_stdio)
-    except KeyboardInterrupt:
-        pass
+        return os.isatty(0)
+    except OSError:
+        return False
+
+
+@contextmanager
+def _ctrl_c_requests(stop) -> Iterator[None]:
+    """While serving stdio, the first SIGINT asks `stop` to end the input; a second one exits at once
+    (no waiting for a capsule call in flight: what a second Ctrl-C means)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or threading.current_thread() is not threading.main_thread() or os.name == "nt":
+        # started with SIGINT ignored (`nohup`, a background job): keep it so; on Windows the
+        # wire's reader cannot be woken (no select on pipes): Ctrl-C interrupts as before
+        yield
+        return
+
+    def again(signum, frame) -> None:
+        os.write(2, b"\nastrid: stopped at once\n")  # the fd itself: never a lock sys.stderr may hold
+        os._exit(INTERRUPTED_EXIT)
+
+    def first(signum, frame) -> None:
+        signal.signal(signal.SIGINT, again)
+        stop.request()
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
     finally:
-        runtime.close()
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stopping(pending: int) -> None:
+    """Said on the first Ctrl-C, once the input has ended."""
+    if os.isatty(2):  # after the terminal's `^C`
+        click.echo("", err=True)
+    if pending:
+        waiting = f"{pending} request{'s' if pending != 1 else ''}"
+        _say(f"Ctrl-C: answering the {waiting} already read, then stopping (Ctrl-C again to stop at once)")
+    else:
+        _say("Ctrl-C: stopping")
+
+
+def show_server_events() -> None:
+    """Show what a running server reports, as `astrid: ...` lines on stderr at the default level:
+    reloads, grant and mount changes, missing granted folders, failed HTTP logins (`astrid.events`)
+    and the HTTP access log (`astrid.access`, when it is on)."""
+    for name in ("astrid.events", "astrid.access"):
+        logger = logging.getLogger(name)
+        if any(getattr(h, "astrid_events", False) for h in logger.handlers):
+            continue
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("astrid: %(message)s"))
+        handler.astrid_events = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # once, also with -v
 
 
 RESOURCE_TOOLS_LINE = "also offering the resources as tools: list_resources, read_resource (--resource-tools)"
@@ -316,7 +469,7 @@ def _announce(runtime, watch: bool, hint: str) -> None:
         _say("watching the capsule folders; a rebuilt capsule is reloaded")
 
 
-# -- config ----------------------------------------------------------------------------
+# -- config and install: a client's entry ----------------------------------------------------
 
 CONFIG_LOCATIONS = (
     ("macOS", "~/Library/Application Support/Claude/claude_desktop_config.json"),
@@ -325,93 +478,198 @@ CONFIG_LOCATIONS = (
 )
 
 
-def astrid_command() -> list[str]:
-    """An absolute command that starts this astrid, whatever the client's cwd and PATH."""
-    candidate = Path(sys.executable).parent / ("astrid.exe" if os.name == "nt" else "astrid")
-    if candidate.is_file():
-        return [str(candidate)]
-    return [str(Path(sys.executable).resolve()), "-m", "astrid.cli.main"]
-
-
-def config_entry(name: str, capsule_dirs: list[Path], principal: str | None, resource_tools: bool = False) -> dict:
-    command, *prefix = astrid_command()
-    args = [*prefix, "mcp", "serve"]
-    for path in capsule_dirs:
-        args += ["--capsules", str(path)]
-    if principal:
-        args += ["--principal", principal]
-    if resource_tools:
-        args.append("--resource-tools")
-    # Clients start servers with a minimal environment: pass astrid's own settings on.
-    env = {key: os.environ[key] for key in PATH_SETTINGS if os.environ.get(key)}
-    return {"mcpServers": {name: {"command": command, "args": args, "env": env}}}
+def config_entry(
+    name: str,
+    capsule_dirs: list[Path],
+    principal: str | None,
+    resource_tools: bool = False,
+    config_file: Path | None = None,
+) -> dict:
+    """A Claude Desktop `mcpServers` entry that starts `astrid mcp serve` as this shell would."""
+    return {"mcpServers": {name: server_entry(capsule_dirs, principal, resource_tools, config_file)}}
 
 
 def http_config_entry(name: str, url: str) -> dict:
     """A client entry for a remote `astrid mcp serve --http` (the token stays a placeholder)."""
-    return {"mcpServers": {name: {"type": "http", "url": url, "headers": {"Authorization": "Bearer <token>"}}}}
+    return {"mcpServers": {name: http_entry(url)}}
+
+
+def entry_options(function: Callable) -> Callable:
+    """What the entry serves: the options `astrid mcp config` and `astrid mcp install` share."""
+    function = click.option(
+        "--resource-tools",
+        is_flag=True,
+        help="The entry starts the server with --resource-tools (the resources also as two read-only tools).",
+    )(function)
+    function = principal_option(function)
+    function = capsules_option(function)
+    function = click.option(
+        "--http", "http_url", metavar="URL", default=None, help="An entry for a remote server at this URL."
+    )(function)
+    return click.option(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help="The server's name in the client's config [default: astrid plus the capsule folders' names, "
+        "e.g. astrid-notes; astrid-HOST for --http; astrid for the capsule home alone].",
+    )(function)
+
+
+class ClientEntry:
+    """The entry `astrid mcp config` prints and `astrid mcp install` writes, checked, and its name."""
+
+    def __init__(
+        self,
+        name: str | None,
+        http_url: str | None,
+        capsule_dirs: tuple[Path, ...],
+        principal: str | None,
+        resource_tools: bool,
+    ) -> None:
+        self.config = None
+        self.http_url = http_url
+        if http_url is not None:
+            if resource_tools:
+                raise UserError(
+                    "--resource-tools belongs to the server: start it with "
+                    "`astrid mcp serve --http ... --resource-tools`; the client's entry is the same either way"
+                )
+            if capsule_dirs or principal:
+                raise UserError(
+                    "--capsules and --principal belong to the server: pass them to `astrid mcp serve --http`"
+                )
+            check_url(http_url)
+            self.entry = http_entry(http_url)
+            self.name = name or default_name([], http_url)
+        else:
+            for path in capsule_dirs:
+                if not path.expanduser().exists():
+                    raise UserError(f"--capsules {path}: no such folder")
+            if principal is not None:
+                resolve_principal(principal)
+            paths = [path.expanduser().resolve() for path in capsule_dirs]
+            self.config = load_config(explicit_config_file())
+            if self.config is not None and "http_address" in self.config.values:
+                raise UserError(
+                    f"{self.config.path} sets http: a client starts its server on stdio, so its entry cannot read "
+                    "that file; keep the HTTP settings in another one (astrid --config FILE mcp serve), "
+                    "or give --http URL for an entry of the remote server"
+                )
+            config_path = self.config.path if self.config is not None else None
+            self.entry = server_entry(paths, principal, resource_tools, config_path)
+            self.name = name or default_name(paths or (self.config.capsule_dirs if self.config else []))
+        check_name(self.name)
+
+    def notes(self) -> list[str]:
+        """What the user should know about the entry (stderr)."""
+        if self.http_url is not None:
+            return ["Replace <token> with the token `astrid mcp token add NAME` printed on the server."]
+        lines = []
+        if self.config is not None:
+            lines.append(f"The server reads its settings from {self.config.path} (--config; flags in args win).")
+        lines.append(
+            f"The capsule home (always served when it exists) is {_home()}; "
+            "the server runs as the OS user unless a principal is given."
+        )
+        return lines
 
 
 @mcp.command("config")
-@click.option("--name", default="astrid", show_default=True, help="The server's name in the client's config.")
-@click.option("--http", "http_url", metavar="URL", default=None, help="An entry for a remote server at this URL.")
-@capsules_option
-@principal_option
+@entry_options
 @click.option(
-    "--resource-tools",
-    is_flag=True,
-    help="The entry starts the server with --resource-tools (the resources also as two read-only tools).",
+    "--client",
+    "client_key",
+    type=click.Choice(list(CLIENTS)),
+    default="claude-desktop",
+    show_default=True,
+    help="Print the entry in this client's shape.",
 )
 def mcp_config(
-    name: str, http_url: str | None, capsule_dirs: tuple[Path, ...], principal: str | None, resource_tools: bool
+    name: str | None,
+    http_url: str | None,
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    resource_tools: bool,
+    client_key: str,
 ) -> None:
     """Print a client entry: for `astrid mcp serve` on stdio, or with --http URL for a remote server.
 
-    The JSON goes to stdout (merge its `mcpServers` entry into the client's
-    config); where the file lives goes to stderr.
+    The JSON goes to stdout (merge its entry into the client's config, or let
+    `astrid mcp install CLIENT` do it); where the file lives goes to stderr.
     """
+    client = CLIENTS[client_key]
+    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools)
+    if http_url is not None and client.http_type is None:
+        printed = http_config_entry(made.name, http_url)  # the common shape; Claude Desktop takes the URL in the app
+    else:
+        printed = client.wrapped(made.name, made.entry)
+    click.echo(json.dumps(printed, indent=2))
+    click.echo("", err=True)
     if http_url is not None:
-        if resource_tools:
-            raise UserError(
-                "--resource-tools belongs to the server: start it with `astrid mcp serve --http ... --resource-tools`; "
-                "the client's entry is the same either way"
-            )
-        _http_config(name, http_url, capsule_dirs, principal)
+        for line in made.notes():
+            click.echo(line, err=True)
+        click.echo(
+            "Clients that take remote servers in their config file (`type: http`, `url`, `headers`) use it as is; "
+            "in Claude Desktop, add the URL under Settings > Connectors.",
+            err=True,
+        )
         return
-    for path in capsule_dirs:
-        if not path.expanduser().exists():
-            raise UserError(f"--capsules {path}: no such folder")
-    if principal is not None:
-        resolve_principal(principal)
-    paths = [path.expanduser().resolve() for path in capsule_dirs]
-    click.echo(json.dumps(config_entry(name, paths, principal, resource_tools), indent=2))
-    click.echo("", err=True)
-    click.echo("Merge the entry above into `mcpServers` of claude_desktop_config.json, then restart the app:", err=True)
-    for system, location in CONFIG_LOCATIONS:
-        click.echo(f"  {system + ':':9} {location}", err=True)
-    click.echo(
-        "The capsule home (always served when it exists) is "
-        f"{_home()}; the server runs as the OS user unless --principal is given.",
-        err=True,
-    )
+    if client.key == "claude-desktop":
+        click.echo(
+            "Merge the entry above into `mcpServers` of claude_desktop_config.json, then restart the app:", err=True
+        )
+        for system, location in CONFIG_LOCATIONS:
+            click.echo(f"  {system + ':':9} {location}", err=True)
+    else:
+        click.echo(f"Merge the entry above into `{client.servers_key}` of {client.config_file()}.", err=True)
+    click.echo(f"Or let astrid merge it: `astrid mcp install {client.key}` with the same options.", err=True)
+    for line in made.notes():
+        click.echo(line, err=True)
 
 
-def _http_config(name: str, url: str, capsule_dirs: tuple[Path, ...], principal: str | None) -> None:
-    from urllib.parse import urlsplit
+@mcp.command("install")
+@click.argument("client_key", metavar="CLIENT", type=click.Choice(list(CLIENTS)))
+@entry_options
+@click.option(
+    "--config-file",
+    "client_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="PATH",
+    help="The client's config file to change [default: where CLIENT keeps it on this platform].",
+)
+@click.option("--replace", is_flag=True, help="Overwrite an entry of the same name that differs.")
+def mcp_install(
+    client_key: str,
+    name: str | None,
+    http_url: str | None,
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    resource_tools: bool,
+    client_file: Path | None,
+    replace: bool,
+) -> None:
+    """Add the server to a client's own config file: claude-desktop, claude-code, cursor or vscode.
 
-    if capsule_dirs or principal:
-        raise UserError("--capsules and --principal belong to the server: pass them to `astrid mcp serve --http`")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"--http {url!r}: give the server's URL, e.g. https://mcp.example.com/mcp")
-    click.echo(json.dumps(http_config_entry(name, url), indent=2))
-    click.echo("", err=True)
-    click.echo("Replace <token> with the token `astrid mcp token add NAME` printed on the server.", err=True)
-    click.echo(
-        "Clients that take remote servers in their config file (`type: http`, `url`, `headers`) use it as is; "
-        "in Claude Desktop, add the URL under Settings > Connectors.",
-        err=True,
-    )
+    The entry is the one `astrid mcp config` prints. Other servers and keys
+    stay as they are; the previous file is kept as FILE.bak-DATE-TIME; running
+    it again changes nothing. A file that is not a JSON object is left alone.
+    """
+    client = CLIENTS[client_key]
+    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools)
+    file = client_file.expanduser() if client_file is not None else client.config_file()
+    done = install_entry(client, file, made.name, made.entry, replace=replace, explicit_file=client_file is not None)
+    where = f"{client.title}'s {done.file}"
+    if not done.changed:
+        _say(f"{where} already has this entry as {made.name!r}: nothing changed")
+        return
+    verb = "replaced" if done.replaced else "added"
+    _say(f"{verb} the server {made.name!r} in {where}" + (" (a new file)" if done.created else ""))
+    if done.backup is not None:
+        _say(f"the previous file is kept as {done.backup}")
+    for line in made.notes():
+        _say(line.replace("<token>", "<token> in that file"))
+    _say(client.after)
 
 
 def _home() -> Path:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +38,56 @@ def _hint(code: FailureCode) -> str:
         failure.OVER_LIMIT: "the contents are over a read limit",
         failure.CAPSULE_ERROR: "the capsule failed to serve it; run with -v for its log",
     }.get(code, "")
+
+
+# What a capsule logs while a read runs (its own lines, and the kernel's line when a call
+# fails). Without -v it is held back: a failed read is then one line, the error, which
+# says what went wrong (its log is what -v shows); a read that succeeds prints it after.
+_HELD_LOGGERS = ("astrid.capsule", "astrid.host.kernel.sandbox")
+_MAX_HELD = 256
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class _HeldLogs(logging.Filter):
+    """Keeps the records of the loggers it filters (at most `_MAX_HELD`) instead of letting them out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if len(self.records) < _MAX_HELD:
+            self.records.append(record)
+        return False
+
+    def release(self) -> None:
+        """Let the held records out, in order (after the filter is gone)."""
+        records, self.records = self.records, []
+        for record in records:
+            logging.getLogger(record.name).handle(record)
+
+
+@contextmanager
+def _held_capsule_logs() -> Iterator[_HeldLogs | None]:
+    """Hold the capsules' log lines while the block runs; None (nothing held) with -v."""
+    if logging.getLogger(_HELD_LOGGERS[0]).isEnabledFor(logging.INFO):
+        yield None  # -v: every line as it happens
+        return
+    held = _HeldLogs()
+    loggers = [logging.getLogger(name) for name in _HELD_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        for logger in loggers:
+            logger.removeFilter(held)
+
+
+def _one_line(text: str) -> str:
+    """A capsule's message as one line for the terminal: line breaks as spaces, control characters escaped."""
+    flat = re.sub(r"\s*[\r\n]+\s*", " ", text.strip())
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", flat)
 
 
 def _started(capsule_dirs: tuple[Path, ...], principal: str | None):
@@ -120,12 +174,19 @@ def resources_list(capsule_dirs: tuple[Path, ...], principal: str | None, as_jso
 @principal_option
 @click.option("--json", "as_json", is_flag=True, help="Print the chunks as JSON (the bus records) for scripts.")
 def resources_read(uri: str, capsule_dirs: tuple[Path, ...], principal: str | None, as_json: bool) -> None:
-    """Read one resource: text chunks to stdout, blobs described (use --json for them)."""
-    with _started(capsule_dirs, principal) as runtime:
-        reply = _call(runtime.read_resource, uri)
+    """Read one resource: text chunks to stdout, blobs described (use --json for them).
+
+    A failed read is one line on stderr (`error: ...`); `-v` adds the capsule's log.
+    """
+    with _held_capsule_logs() as held:
+        with _started(capsule_dirs, principal) as runtime:
+            reply = _call(runtime.read_resource, uri)
     if reply.error is not None:
         hint = _hint(reply.error.code)
-        raise UserError(f"{reply.error.code.value}: {reply.error.message}" + (f" ({hint})" if hint else ""))
+        message = _one_line(reply.error.message)
+        raise UserError(f"{reply.error.code.value}: {message}" + (f" ({hint})" if hint else ""))
+    if held is not None:
+        held.release()
     if as_json:
         click.echo(json.dumps([c.to_wire() for c in reply.contents], indent=2, ensure_ascii=False))
         return

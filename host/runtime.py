@@ -40,12 +40,12 @@ from astrid.host.contract.topics import (
     RESOURCE_REPLIES,
     RESOURCE_REQUESTS,
 )
-from astrid.host.errors import BackendNotReady
+from astrid.host.errors import BackendNotReady, GrantError
 from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, Limits
-from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher
+from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher, ValueWatcher, events
 
 log = logging.getLogger("astrid.host.runtime")
 
@@ -109,6 +109,7 @@ class CapsuleKernel(Protocol):
     def watch_principal(self, name: str) -> Principal: ...
     def provenance_of(self, source_id: str) -> Provenance | None: ...
     def mount_folders(self) -> Mapping[Path, frozenset[Principal]]: ...
+    def granted(self) -> Mapping[str, Any]: ...
     def announce(self, principals: Iterable[Principal] | None = None) -> None: ...
     def start(self) -> Iterable[Any]: ...
     def reload(self) -> Iterable[Any]: ...
@@ -189,7 +190,11 @@ class Runtime:
         self._error: str | None = None
         self._watcher: FolderWatcher | None = None
         self._mount_watcher: MountWatcher | None = None
+        self._grant_watcher: ValueWatcher[dict[str, tuple[str, ...]] | None] | None = None
+        self._mount_lines = _Throttle(MOUNT_LINE_EVERY_S)
         self._closed = False
+        # source-id -> name of every capsule loaded so far: the broker names capsules by it
+        self._names: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -213,6 +218,7 @@ class Runtime:
                 limits=self.limits,
                 trusted_ingress=[self._ingress.source_id],
                 authority=NamespaceAuthority(trust_store(self.config), kernel.provenance_of),
+                name_of=self._names.get,
             ).start()
             if self.principal is not None:
                 self.client = self._new_client(self.principal)
@@ -228,6 +234,7 @@ class Runtime:
         status = Status(seconds=seconds)
         for result in report or ():
             if getattr(result, "ok", False):
+                self._names[result.source_id] = result.name
                 status.capsules.append(
                     CapsuleSummary(
                         result.name,
@@ -284,22 +291,70 @@ class Runtime:
             assert kernel is not None  # ready means started
             self._mount_watcher = MountWatcher(kernel.mount_folders, self._on_mounts_changed, interval_s)
             self._mount_watcher.start()
+            # A grant or a revoke changes what capsules list, not what they are: announce, never reload.
+            self._grant_watcher = ValueWatcher(self._grant_state, self._on_grants_changed, interval_s)
+            self._grant_watcher.start()
         return self._mount_watcher
 
     def _on_mounts_changed(self, principals: frozenset[Principal]) -> None:
         if self.kernel is not None and not self._closed:
-            log.info("files under granted mounts changed; describing again for %d principal(s)", len(principals))
+            folders = self._mount_watcher.last_changed if self._mount_watcher is not None else frozenset()
+            skipped = self._mount_lines.ready()
+            if skipped is not None:
+                more = f" ({skipped} more changes since the last such line)" if skipped else ""
+                shown = ", ".join(str(f) for f in sorted(folders)) or "a granted folder"
+                events.info(
+                    "files changed in %s; describing the resources again for %s%s", shown, _who(principals), more
+                )
             self.kernel.announce(principals)
+
+    def _grant_state(self) -> dict[str, tuple[str, ...]] | None:
+        """Each loaded capsule's grants as the operator typed them; None: the grants file cannot be read."""
+        kernel = self.kernel
+        granted = getattr(kernel, "granted", None)  # a test's stand-in kernel may have none
+        if granted is None:
+            return {}
+        try:
+            return {name: tuple(grants.specs()) for name, grants in granted().items()}
+        except GrantError:  # said on every capsule call that needs a grant; here: nothing is granted
+            return None
+
+    def _on_grants_changed(
+        self, before: dict[str, tuple[str, ...]] | None, after: dict[str, tuple[str, ...]] | None
+    ) -> None:
+        """The grants of a loaded capsule changed: every watched principal's lists are described again
+        (a `{principal}` mount differs per principal; kv and http may change what a capsule lists)."""
+        if self.kernel is None or self._closed:
+            return
+        if before is not None and after is not None:
+            # a capsule loaded or unloaded is the reload's to announce; only grants of capsules in both count
+            changes = [
+                _grant_change(name, before[name], after[name])
+                for name in sorted(before.keys() & after.keys())
+                if before[name] != after[name]
+            ]
+            if not changes:
+                return
+            events.info("grants changed: %s; describing the resources again", "; ".join(changes))
+        elif after is None:
+            events.warning("the grants file cannot be read: capsules get none of their grants until it is fixed")
+        else:
+            events.info("the grants file reads again; describing the resources again")
+        self.kernel.announce()
 
     def _on_folders_changed(self) -> None:
         if not self.ready:
             return
         log.info("capsule folders changed; reloading")
         reported = {(f.folder, f.error) for f in self.status.failures}
+        served = {c.folder: c for c in self.status.capsules}
         status = self.reload()
         for failure in status.failures:
             if (failure.folder, failure.error) not in reported:  # new, or failing differently
                 log.error("capsule %s not loaded: %s", failure.folder, failure.error)
+        line = _reload_line(served, {c.folder: c for c in status.capsules})
+        if line:
+            events.info("%s", line)
 
     def close(self) -> None:
         if self._closed:
@@ -309,6 +364,8 @@ class Runtime:
             self._watcher.stop()
         if self._mount_watcher is not None:
             self._mount_watcher.stop()
+        if self._grant_watcher is not None:
+            self._grant_watcher.stop()
         if self.broker is not None:
             self.broker.close()
         if self.kernel is not None:
@@ -367,3 +424,63 @@ class Runtime:
     def read_resource(self, uri: str) -> ReadResourceReply:
         """A read as the default principal (the CLI's view)."""
         return self._default_client().read_resource(uri)
+
+
+# -- what the server says while it runs (`astrid.events`) ---------------------------------
+
+# A folder written to all the time (a log) would otherwise print a line every poll.
+MOUNT_LINE_EVERY_S = 10.0
+
+
+class _Throttle:
+    """At most one line per `every_s`: `ready()` is None to stay quiet, else how many were skipped."""
+
+    def __init__(self, every_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._last: float | None = None
+        self._skipped = 0
+
+    def ready(self) -> int | None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self.every_s:
+            self._skipped += 1
+            return None
+        skipped, self._last, self._skipped = self._skipped, now, 0
+        return skipped
+
+
+def _who(principals: Iterable[Principal]) -> str:
+    names = sorted(p.name or str(p) for p in principals)
+    if len(names) <= 3:
+        return ", ".join(names) or "nobody"
+    return f"{len(names)} users"
+
+
+def _grant_change(name: str, before: tuple[str, ...], after: tuple[str, ...]) -> str:
+    """`files: granted fs:files=/home/me/notes, revoked kv`."""
+    granted = [spec for spec in after if spec not in before]
+    revoked = [spec for spec in before if spec not in after]
+    parts = ([f"granted {', '.join(granted)}"] if granted else []) + (
+        [f"revoked {', '.join(revoked)}"] if revoked else []
+    )
+    return f"{name}: {', '.join(parts)}"
+
+
+def _reload_line(before: Mapping[Path, CapsuleSummary], after: Mapping[Path, CapsuleSummary]) -> str | None:
+    """`capsule folders changed: reloaded notes (a new build), loaded files, unloaded old; serving 3 capsules`,
+    or None when what is served did not change."""
+    changes = []
+    for folder, capsule in sorted(after.items(), key=lambda item: item[1].name):
+        old = before.get(folder)
+        if old is None:
+            changes.append(f"loaded {capsule.name}")
+        elif old.source_id != capsule.source_id:
+            changes.append(f"reloaded {capsule.name} (a new build)")
+    for folder, capsule in sorted(before.items(), key=lambda item: item[1].name):
+        if folder not in after:
+            changes.append(f"unloaded {capsule.name}")
+    if not changes:
+        return None
+    count = len(after)
+    return f"capsule folders changed: {', '.join(changes)}; serving {count} capsule{'s' if count != 1 else ''}"

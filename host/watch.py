@@ -2,7 +2,9 @@
 
 `FolderWatcher` watches the capsule folders (a rebuild reloads the capsule);
 `MountWatcher` watches the folders granted to capsules as fs mounts (a change
-there makes the capsules' resource lists stale for the principals using them).
+there makes the capsules' resource lists stale for the principals using them);
+`ValueWatcher` polls any cheap value, e.g. what the loaded capsules are
+granted (a grant or a revoke makes their lists stale, with no reload).
 
 A mount's content is not the operator's: whoever writes into it decides its
 shape, so each poll of a mount is bounded (`MOUNT_LIMITS`): at most so many
@@ -19,9 +21,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("astrid.host.runtime")
+# What a person running a server wants to see by default (the CLI shows it as `astrid: ...` lines).
+events = logging.getLogger("astrid.events")
+V = TypeVar("V")
 
 WATCH_INTERVAL_S = 1.0
 MAX_FILES = 20_000
@@ -199,6 +204,55 @@ class FolderWatcher:
                 log.exception("capsule folder watch failed; still watching")
 
 
+class ValueWatcher(Generic[V]):
+    """Polls `probe()` every `interval_s`; calls `on_change(before, after)` when its value differs.
+
+    Meant for values that are cheap to get and change as a whole (what the
+    loaded capsules are granted: a grants file is replaced atomically), so a
+    change is acted on at the first poll that sees it. A probe that raises is
+    logged, once per distinct error, and tried again at the next poll."""
+
+    def __init__(self, probe: Callable[[], V], on_change: Callable[[V, V], None], interval_s: float) -> None:
+        self.probe = probe
+        self.on_change = on_change
+        self.interval_s = interval_s
+        self._value: V | None = None
+        self._failure: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="astrid-value-watch", daemon=True)
+
+    def start(self) -> None:
+        try:
+            self._value = self.probe()  # the baseline, before start() returns
+        except Exception as exc:  # no baseline: the first value that comes is a change
+            self._failure = str(exc)
+            log.warning("watch failed (still watching): %s", exc)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def poll(self) -> None:
+        try:
+            value = self.probe()
+        except Exception as exc:
+            if str(exc) != self._failure:
+                self._failure = str(exc)
+                log.warning("watch failed (still watching): %s", exc)
+            return
+        self._failure = None
+        before, self._value = self._value, value
+        if value != before:
+            self.on_change(before, value)  # type: ignore[arg-type]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll()
+            except Exception:
+                log.exception("watch callback failed; still watching")
+
+
 class MountWatcher:
     """Polls the folders capsules read as fs mounts; reports who uses a folder that changed.
 
@@ -213,6 +267,10 @@ class MountWatcher:
     `poll_folders` folders or read `poll_entries` names, the mounts not walked
     yet keep their last signature and go first in the next poll (the least
     recently walked first, so every mount gets its turn).
+
+    A granted folder that does not exist (or is no folder) is named once on
+    the `astrid.events` log, and again only if it comes and goes.
+    `last_changed` holds the folders behind the latest `on_change`.
     """
 
     def __init__(
@@ -235,6 +293,8 @@ class MountWatcher:
         self._walked_at: dict[Path, int] = {}  # the poll that last walked each folder
         self._polls = 0
         self._capped_logged: set[Path] = set()
+        self._missing_logged: set[Path] = set()
+        self.last_changed: frozenset[Path] = frozenset()
         self._deferred_logged = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="astrid-mount-watch", daemon=True)
@@ -250,6 +310,7 @@ class MountWatcher:
         targets = self.mounts()
         self._polls += 1
         changed: set[Any] = set()
+        changed_folders: set[Path] = set()
         seen: dict[Path, TreeSignature] = {}
         folders = entries = 0
         deferred: list[Path] = []
@@ -262,6 +323,7 @@ class MountWatcher:
             walked = walk(folder, self.limits)
             folders, entries = folders + walked.folders, entries + walked.entries
             self._walked_at[folder] = self._polls
+            self._note_missing(folder, walked)
             if walked.capped and folder not in self._capped_logged:
                 self._capped_logged.add(folder)
                 log.warning(
@@ -274,6 +336,7 @@ class MountWatcher:
             before = self._seen.get(folder)
             if before is not None and before != seen[folder]:
                 changed |= targets[folder]
+                changed_folders.add(folder)
         if deferred and not self._deferred_logged:
             self._deferred_logged = True
             log.warning(
@@ -287,8 +350,24 @@ class MountWatcher:
         self._seen = seen
         self._walked_at = {folder: self._walked_at[folder] for folder in targets if folder in self._walked_at}
         self._capped_logged &= targets.keys()  # forget dropped folders (one per principal can come and go)
+        self._missing_logged &= targets.keys()
         if changed:
+            self.last_changed = frozenset(changed_folders)
             self.on_change(frozenset(changed))
+
+    def _note_missing(self, folder: Path, walked: Walk) -> None:
+        """Name a granted folder that is not there, once (a walk lists a folder it can open first)."""
+        if walked.folders:  # there (an unreadable one is listed as empty, and said by the capsule)
+            self._missing_logged.discard(folder)
+        elif folder not in self._missing_logged:
+            self._missing_logged.add(folder)
+            what = "is not a folder" if folder.exists() else "does not exist"
+            events.warning(
+                "the folder %s, granted to a capsule as an fs mount, %s: nothing is served from it until it is "
+                "there (`astrid grants list` shows the grants)",
+                folder,
+                what,
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -36,6 +36,9 @@ kept for N seconds per (principal, uri, owner source-id) in `read_cache`; the
 key is taken out of the definitions handed out. A capsule-set change and a
 refresh drop a principal's kept reads.
 
+What it says names capsules by name (`names.CapsuleNames`, from the
+`name_of` the composition root hands it), the source-id only with -v.
+
 Its front doors (`frontdoor.FrontDoors`) answer front-door clients over the
 bus. Ending a drain early relies on the bus's `Delivery`: `wait()` returns
 once every handler the message reached has finished, and a capsule publishes
@@ -56,6 +59,7 @@ from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
 from astrid.host.broker.describe import RoundResult, merge_round
 from astrid.host.broker.frontdoor import FrontDoors
+from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import DRAIN_BATCH, ReadStatus, drain, owner_silent, resolve
@@ -110,9 +114,12 @@ class Broker:
         limits: Limits = DEFAULT_LIMITS,
         trusted_ingress: Iterable[str] = (),
         authority: UriAuthority = OPEN,
+        name_of: NameOf | None = None,
     ) -> None:
         self.bus = bus
         self.authority = authority  # who may serve which URIs (namespaces); OPEN: anyone, anything
+        # Capsules by name in failures and logs (name_of: source-id -> name; None: source-ids)
+        self.names = CapsuleNames(name_of)
         self.participant = participant or BROKER.participant()
         self.limits = limits
         self.cache = SnapshotCache()
@@ -223,7 +230,7 @@ class Broker:
     def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, DESCRIBE_TOPIC, DESCRIBE_REPLIES)
-        result = merge_round(principal, messages, self.limits, self.authority)
+        result = merge_round(principal, messages, self.limits, self.authority, self.names)
         elapsed = time.perf_counter() - started
         self.stats.describe_rounds += 1
         self.stats.last_round_s = elapsed
@@ -311,7 +318,7 @@ class Broker:
     def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, TEMPLATES_TOPIC, TEMPLATES_REPLIES)
-        result = merge_templates(principal, messages, self.limits, self.authority)
+        result = merge_templates(principal, messages, self.limits, self.authority, self.names)
         self.stats.templates_rounds += 1
         log.info(
             "templates for %s: %d templates from %d/%d capsules in %.1f ms%s",
@@ -362,7 +369,7 @@ class Broker:
         if status in (ReadStatus.ANSWERED, ReadStatus.TIMED_OUT, ReadStatus.REFUSED):
             return self._keep(principal, uri, route, outcome, epoch)
         if status is ReadStatus.NO_REPLY and route.owner is not None and not route.stale:
-            return owner_silent(uri, route.owner, via_template=route.via_template)
+            return owner_silent(uri, route.owner, via_template=route.via_template, names=self.names)
 
         # The snapshot did not know the uri, is stale, or names an owner that
         # is no longer loaded (a capsule rebuilt under a read): the capsule set
@@ -375,7 +382,7 @@ class Broker:
         epoch = self.reads.epoch(principal)
         outcome, status = self._read_once(principal, uri, route)
         if status is ReadStatus.NO_REPLY:
-            return owner_silent(uri, route.owner, via_template=route.via_template)
+            return owner_silent(uri, route.owner, via_template=route.via_template, names=self.names)
         return self._keep(principal, uri, route, outcome, epoch)
 
     def _kept(self, principal: Principal, uri: str, route: _Route) -> FreshRead | None:
@@ -406,7 +413,9 @@ class Broker:
         templates = self.template_snapshot(principal)
         match = templates.route(uri)
         if match is not None:
-            log.debug("read of %s for %s routed to %s by template %s", uri, principal, match.owner, match.template.text)
+            if log.isEnabledFor(logging.DEBUG):
+                owner = self.names.label(match.owner, with_id=True)
+                log.debug("read of %s for %s routed to %s by template %s", uri, principal, owner, match.template.text)
             return _Route(
                 match.owner,
                 via_template=True,
@@ -435,6 +444,7 @@ class Broker:
                 preferred=preferred,
                 window_s=window,
                 may_answer=lambda source: self.authority.may_serve(source, uri),
+                names=self.names,
             )
         return resolve(
             drained,
@@ -444,6 +454,7 @@ class Broker:
             window_s=window,
             limits=self.limits,
             via_template=route.via_template,
+            names=self.names,
         )
 
     # -- completion ------------------------------------------------------------------
@@ -527,7 +538,14 @@ class Broker:
                 )
                 return gone, ReadStatus.OWNER_GONE
             drained = drain(
-                sub, delivery, principal=principal, uri=template, preferred=owner, window_s=window, what="completion"
+                sub,
+                delivery,
+                principal=principal,
+                uri=template,
+                preferred=owner,
+                window_s=window,
+                what="completion",
+                names=self.names,
             )
         others = sorted(source for source in drained.replies if source != owner)
         if others:
@@ -535,24 +553,19 @@ class Broker:
                 "completion of %s for %s: replies of %s refused (the template's owner is %s)",
                 template,
                 principal,
-                ", ".join(others),
-                owner,
+                ", ".join(self.names.label(source) for source in others),
+                self.names.label(owner),
             )
         if owner in drained.replies:
-            outcome = check_complete_reply(drained.replies[owner].payload, template, owner, self.limits)
+            outcome = check_complete_reply(drained.replies[owner].payload, template, owner, self.limits, self.names)
             return outcome, ReadStatus.ANSWERED
+        declares = f"capsule {self.names.label(owner)}, which declares {template},"
         if drained.finished:
             silent = CompletionOutcome.fail(
-                FailureCode.CAPSULE_ERROR,
-                f"the capsule that declares {template} ({owner}) finished without answering the completion",
-                owner,
+                FailureCode.CAPSULE_ERROR, f"{declares} finished without answering the completion", owner
             )
             return silent, ReadStatus.NO_REPLY
-        timeout = CompletionOutcome.fail(
-            FailureCode.TIMEOUT,
-            f"the capsule that declares {template} ({owner}) did not answer within {window:g} s",
-            owner,
-        )
+        timeout = CompletionOutcome.fail(FailureCode.TIMEOUT, f"{declares} did not answer within {window:g} s", owner)
         return timeout, ReadStatus.TIMED_OUT
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.broker.read_reply import MAX_ERROR_MESSAGE
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
@@ -41,7 +42,9 @@ class CompletionOutcome:
         return CompletionOutcome(error=failure, source_id=source_id)
 
 
-def check_complete_reply(payload: str, uri_template: str, source_id: str, limits: Limits) -> CompletionOutcome:
+def check_complete_reply(
+    payload: str, uri_template: str, source_id: str, limits: Limits, names: CapsuleNames = NO_NAMES
+) -> CompletionOutcome:
     try:
         data = json.loads(payload)
     except (ValueError, RecursionError):
@@ -53,7 +56,11 @@ def check_complete_reply(payload: str, uri_template: str, source_id: str, limits
     if isinstance(data, dict) and isinstance(data.get("values"), list) and len(data["values"]) > cap:
         # Count before validating: a million values must not cost a million checks.
         log.warning(
-            "completion reply from %s for %s: %d values cut to %d", source_id, uri_template, len(data["values"]), cap
+            "completion reply from %s for %s: %d values cut to %d",
+            names.label(source_id),
+            uri_template,
+            len(data["values"]),
+            cap,
         )
         data = {**data, "values": data["values"][:cap]}
         cut = True
@@ -75,7 +82,7 @@ def check_complete_reply(payload: str, uri_template: str, source_id: str, limits
     if len(values) < len(reply.values):
         log.warning(
             "completion reply from %s for %s: %d values longer than %d bytes dropped",
-            source_id,
+            names.label(source_id),
             uri_template,
             len(reply.values) - len(values),
             limits.uri_bytes,

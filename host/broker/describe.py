@@ -22,6 +22,7 @@ from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.merge import FanOut, merge
+from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.resource import DescribeResponse, ResourceDefinition
 from astrid.host.limits import Limits
@@ -74,9 +75,13 @@ DESCRIBE = FanOut[ResourceDefinition](
 
 
 def merge_round(
-    principal: Principal, messages: Iterable[Message], limits: Limits, authority: UriAuthority = OPEN
+    principal: Principal,
+    messages: Iterable[Message],
+    limits: Limits,
+    authority: UriAuthority = OPEN,
+    names: CapsuleNames = NO_NAMES,
 ) -> RoundResult:
-    merged = merge(DESCRIBE, principal, messages, limits, authority)
+    merged = merge(DESCRIBE, principal, messages, limits, authority, names)
     return RoundResult(
         principal,
         resources=merged.items,

@@ -98,13 +98,17 @@ class FrontDoors:
         with self._trusted_lock:
             return source_id in self._trusted
 
+    def _who(self, message: Message) -> str:
+        """The sender, for the log: a capsule by name (see `names`), anyone else by source-id."""
+        return self.broker.names.label(message.source_id)
+
     # -- list ---------------------------------------------------------------------------
 
     def on_list(self, message: Message) -> None:
         try:
             request = ListResourcesRequest.model_validate(json.loads(message.payload))
         except (ValueError, ValidationError) as exc:
-            log.warning("unanswerable list request from %s: %s", message.source_id, _reason(exc))
+            log.warning("unanswerable list request from %s: %s", self._who(message), _reason(exc))
             return
         started = time.perf_counter()
         try:
@@ -146,7 +150,7 @@ class FrontDoors:
     def on_read(self, message: Message) -> None:
         usable = _with_req_id(message.payload)
         if usable is None:
-            log.warning("unanswerable read request from %s: no usable req_id", message.source_id)
+            log.warning("unanswerable read request from %s: no usable req_id", self._who(message))
             return
         data, req_id = usable
         uri = data.get("uri")
@@ -198,7 +202,7 @@ class FrontDoors:
 
         `what` is the kind of request ("read"), `subject` what it names (for the log)."""
         if not self.is_trusted(message.source_id):
-            log.warning("%s of %s from %s denied: not a trusted ingress", what, subject, message.source_id)
+            log.warning("%s of %s from %s denied: not a trusted ingress", what, subject, self._who(message))
             return FrontDoorFailure(code=FailureCode.DENIED, message=f"{what}s are served only to a trusted ingress")
         if not message.principal.is_verified:
             log.warning("%s of %s for %s denied: no verified principal", what, subject, message.principal)
@@ -213,7 +217,7 @@ class FrontDoors:
         try:
             request = ListTemplatesRequest.model_validate(json.loads(message.payload))
         except (ValueError, ValidationError) as exc:
-            log.warning("unanswerable templates request from %s: %s", message.source_id, _reason(exc))
+            log.warning("unanswerable templates request from %s: %s", self._who(message), _reason(exc))
             return
         started = time.perf_counter()
         try:
@@ -245,7 +249,7 @@ class FrontDoors:
     def on_complete(self, message: Message) -> None:
         usable = _with_req_id(message.payload)
         if usable is None:
-            log.warning("unanswerable completion request from %s: no usable req_id", message.source_id)
+            log.warning("unanswerable completion request from %s: no usable req_id", self._who(message))
             return
         data, req_id = usable
         principal = message.principal

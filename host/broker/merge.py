@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from astrid.host.broker.authority import OPEN, UriAuthority
+from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import strip_bad_meta
 from astrid.host.limits import Limits
@@ -74,16 +75,18 @@ def merge(
     messages: Iterable[Message],
     limits: Limits,
     authority: UriAuthority = OPEN,
+    names: CapsuleNames = NO_NAMES,
 ) -> Merged[Item]:
+    """The round's items; `names` names the capsules in the log and audit lines."""
     merged: Merged[Item] = Merged()
     seen: set[str] = set()  # every source-id that replied, whether its reply was kept or not
     per_source: dict[str, dict[str, Item]] = {}
     for message in messages:
-        accepted = _accepted(kind, principal, message, limits, merged, seen, authority)
+        accepted = _accepted(kind, principal, message, limits, merged, seen, authority, names)
         if accepted is not None:
             per_source[message.source_id] = accepted
             merged.replied.add(message.source_id)
-    chosen = _dedup(kind, principal, per_source, merged)
+    chosen = _dedup(kind, principal, per_source, merged, names)
     _cap(kind, principal, [chosen[key] for key in sorted(chosen)], limits, merged)
     return merged
 
@@ -96,35 +99,37 @@ def _accepted(
     merged: Merged[Item],
     seen: set[str],
     authority: UriAuthority,
+    names: CapsuleNames,
 ) -> dict[str, Item] | None:
     """The entries of one reply by key, or None when the whole reply is dropped."""
     source = message.source_id
+    who = names.label(source)
     if message.principal != principal:
         merged.dropped_replies += 1
         log.warning(
             "%s reply from %s dropped: attributed to %s, not to the invoking principal %s",
             kind.round,
-            source,
+            who,
             message.principal,
             principal,
         )
         return None
     if source in seen:
         merged.dropped_replies += 1
-        log.warning("second %s reply from %s in one round dropped (principal %s)", kind.round, source, principal)
+        log.warning("second %s reply from %s in one round dropped (principal %s)", kind.round, who, principal)
         return None
     seen.add(source)
     entries = _entries(message.payload, kind.array)
     if isinstance(entries, str):
         merged.dropped_replies += 1
-        log.warning("%s reply from %s dropped: %s", kind.round, source, entries)
+        log.warning("%s reply from %s dropped: %s", kind.round, who, entries)
         return None
     if len(entries) > kind.per_reply(limits):
         merged.dropped_replies += 1
         log.warning(
             "%s reply from %s dropped: %d %s, more than the limit of %d",
             kind.round,
-            source,
+            who,
             len(entries),
             kind.array,
             kind.per_reply(limits),
@@ -133,12 +138,12 @@ def _accepted(
     accepted: dict[str, Item] = {}
     context = {"limits": limits}
     for index, entry in enumerate(entries):
-        entry = strip_bad_meta(entry, limits, f"{kind.round} reply from {source}, entry {index}")
+        entry = strip_bad_meta(entry, limits, f"{kind.round} reply from {who}, entry {index}")
         try:
             item = kind.validate(entry, context)
         except ValidationError as exc:
             merged.dropped_entries += 1
-            log.warning("%s reply from %s: entry %d dropped: %s", kind.round, source, index, _first_error(exc))
+            log.warning("%s reply from %s: entry %d dropped: %s", kind.round, who, index, _first_error(exc))
             continue
         key = kind.key(item)
         if not kind.authorized(authority, source, item):
@@ -146,7 +151,7 @@ def _accepted(
             audit.warning(
                 "%s reply from %s: %s=%s dropped: outside the URI namespaces its capsule may serve (principal %s)",
                 kind.round,
-                source,
+                who,
                 kind.key_name,
                 key,
                 principal,
@@ -155,7 +160,7 @@ def _accepted(
         if key in accepted:
             merged.dropped_entries += 1
             log.warning(
-                "%s reply from %s %s %s twice; the first entry is kept", kind.round, source, kind.listed_twice, key
+                "%s reply from %s %s %s twice; the first entry is kept", kind.round, who, kind.listed_twice, key
             )
             continue
         accepted[key] = item
@@ -163,7 +168,11 @@ def _accepted(
 
 
 def _dedup(
-    kind: FanOut[Item], principal: Principal, per_source: dict[str, dict[str, Item]], merged: Merged[Item]
+    kind: FanOut[Item],
+    principal: Principal,
+    per_source: dict[str, dict[str, Item]],
+    merged: Merged[Item],
+    names: CapsuleNames,
 ) -> dict[str, Item]:
     """One item per key: sources visited in lexicographic order, so the first wins whatever the arrival order."""
     chosen: dict[str, Item] = {}
@@ -175,14 +184,15 @@ def _dedup(
                 chosen[key] = item
                 continue
             merged.collisions.append((key, winner, source))
+            shown_winner, shown_loser = names.labels(winner, source)
             audit.warning(
                 "%s: %s=%s principal=%s winner=%s loser=%s (the lexicographically first source-id wins)",
                 kind.audit_label,
                 kind.key_name,
                 key,
                 principal,
-                winner,
-                source,
+                shown_winner,
+                shown_loser,
             )
     return chosen
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.broker.read_reply import ReadOutcome, check_read_reply
 from astrid.host.bus import Delivery, Message, Principal, Subscription
 from astrid.host.contract.frontdoor import FailureCode
@@ -65,6 +66,7 @@ def drain(
     window_s: float,
     what: str = "read",
     may_answer: Callable[[str], bool] | None = None,
+    names: CapsuleNames = NO_NAMES,
 ) -> Drained:
     """Collect replies until `preferred` answers, every receiver is done, or the window ends.
 
@@ -72,6 +74,7 @@ def drain(
     must not depend on who answers fastest. A completion drains the same way,
     with `uri` the template and `what` "completion" (for the log).
     `may_answer(source_id)` False: that capsule's reply is refused (the URI authority).
+    `names` names the capsules in the log lines.
     """
     deadline = time.monotonic() + window_s
     drained = Drained()
@@ -82,19 +85,19 @@ def drain(
             log.warning(
                 "%s reply from %s dropped: attributed to %s, not %s",
                 what,
-                message.source_id,
+                names.label(message.source_id),
                 message.principal,
                 principal,
             )
             return False
         if message.source_id in drained.replies:
-            log.warning("second %s reply from %s for %s dropped", what, message.source_id, uri)
+            log.warning("second %s reply from %s for %s dropped", what, names.label(message.source_id), uri)
             return False
         if may_answer is not None and not may_answer(message.source_id):
             audit.warning(
                 "%s reply from %s for %s refused: outside the URI namespaces its capsule may serve (principal %s)",
                 what,
-                message.source_id,
+                names.label(message.source_id),
                 uri,
                 principal,
             )
@@ -127,8 +130,9 @@ def resolve(
     window_s: float,
     limits: Limits,
     via_template: bool = False,
+    names: CapsuleNames = NO_NAMES,
 ) -> tuple[ReadOutcome, ReadStatus]:
-    """The outcome of a drained read, by the routing rules above."""
+    """The outcome of a drained read, by the routing rules above (`names` names the capsules)."""
     replies = drained.replies
     if preferred is not None and preferred in replies:
         return check_read_reply(replies[preferred].payload, uri, preferred, limits), ReadStatus.ANSWERED
@@ -138,27 +142,28 @@ def resolve(
             uri,
             principal,
             "template's" if via_template else "listed",
-            preferred,
-            ", ".join(sorted(replies)),
+            names.label(preferred),
+            ", ".join(names.label(source) for source in sorted(replies)),
         )
         if drained.finished:
-            return owner_silent(uri, preferred, via_template=via_template), ReadStatus.REFUSED
+            return owner_silent(uri, preferred, via_template=via_template, names=names), ReadStatus.REFUSED
         failure = ReadOutcome.fail(
             FailureCode.TIMEOUT,
-            f"{_the_owner(uri, preferred, via_template)} did not answer within {window_s:g} s",
+            f"{_the_owner(uri, preferred, via_template, names)} did not answer within {window_s:g} s",
             preferred,
         )
         return failure, ReadStatus.REFUSED
     if replies:
         source, *others = sorted(replies)
         for other in others:
+            winner, loser = names.labels(source, other)
             audit.warning(
                 "read uri collision: uri=%s principal=%s winner=%s loser=%s "
                 "(an unlisted uri; the lexicographically first source-id wins)",
                 uri,
                 principal,
-                source,
-                other,
+                winner,
+                loser,
             )
         if not drained.finished:
             log.warning("read of %s for %s: the window ended before every capsule finished", uri, principal)
@@ -169,20 +174,23 @@ def resolve(
     return timeout, ReadStatus.TIMED_OUT
 
 
-def owner_silent(uri: str, owner: str, *, via_template: bool = False) -> ReadOutcome:
+def owner_silent(uri: str, owner: str, *, via_template: bool = False, names: CapsuleNames = NO_NAMES) -> ReadOutcome:
     """The owner finished without answering. A listed owner promised the URI: its
     fault, said once. A template covers a space of URIs its owner may not all
     have, and silence is how a capsule says "not mine": so, no such resource."""
     if via_template:
-        return ReadOutcome.fail(FailureCode.NOT_FOUND, f"{_the_owner(uri, owner, True)} has no such resource", owner)
+        return ReadOutcome.fail(
+            FailureCode.NOT_FOUND, f"{_the_owner(uri, owner, True, names)} has no such resource", owner
+        )
     return ReadOutcome.fail(
         FailureCode.CAPSULE_ERROR,
-        f"{_the_owner(uri, owner, via_template)} finished without answering the read",
+        f"{_the_owner(uri, owner, via_template, names)} finished without answering the read",
         owner,
     )
 
 
-def _the_owner(uri: str, owner: str, via_template: bool) -> str:
+def _the_owner(uri: str, owner: str, via_template: bool, names: CapsuleNames = NO_NAMES) -> str:
+    """`capsule notes, which lists <uri>,`: the capsule by name (see `names`)."""
     if via_template:
-        return f"the capsule whose template covers {uri} ({owner})"
-    return f"the capsule that lists {uri} ({owner})"
+        return f"capsule {names.label(owner)}, whose template covers {uri},"
+    return f"capsule {names.label(owner)}, which lists {uri},"

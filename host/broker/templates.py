@@ -14,7 +14,8 @@ fan-out shares (`merge.merge`):
    first entry;
 4. dedup on `uri_template`: the lexicographically first source-id wins
    whatever the arrival order, and every collision is written to the audit
-   log (logger `astrid.host.broker.audit`) naming both source-ids;
+   log (logger `astrid.host.broker.audit`) naming both capsules (by name; with
+   their source-ids under -v, or when they share a name);
 5. sort by `uri_template` and cap at `templates_per_principal` (extras
    dropped, logged).
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.merge import FanOut, merge
+from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.template import ResourceTemplate, TemplatesResponse
 from astrid.host.contract.uri_template import UriTemplate
@@ -100,9 +102,13 @@ TEMPLATES = FanOut[ResourceTemplate](
 
 
 def merge_templates(
-    principal: Principal, messages: Iterable[Message], limits: Limits, authority: UriAuthority = OPEN
+    principal: Principal,
+    messages: Iterable[Message],
+    limits: Limits,
+    authority: UriAuthority = OPEN,
+    names: CapsuleNames = NO_NAMES,
 ) -> TemplatesResult:
-    merged = merge(TEMPLATES, principal, messages, limits, authority)
+    merged = merge(TEMPLATES, principal, messages, limits, authority, names)
     return TemplatesResult(
         principal,
         templates=merged.items,

@@ -1,8 +1,10 @@
 """Build a capsule folder into a WebAssembly component.
 
     validate Capsule.toml -> compile every .py (syntax errors as file:line)
-    -> content hash -> build cache hit? copy : componentize-py
-    -> write the manifest's [[component]] file (or OUT) -> precompile
+    -> install requirements.txt (pinned, pure Python) into an isolated site
+    -> content hash -> build cache hit? copy : (check Capsule.toml against
+       app.py -> componentize-py) -> write the manifest's [[component]] file
+       (or OUT) -> precompile
 
 The entry module of a Python capsule is `app` (the file `app.py` at the top
 of the capsule folder); it must define `WitWorld` (`WitWorld = capsule.world()`
@@ -10,19 +12,31 @@ with the guest SDK). componentize-py builds it against the world
 `resource-capsule` with `--stub-wasi`, with the capsule folder and the guest
 SDK on the guest's module path.
 
+Builds are hermetic: the guest sees the standard library, the SDK, the
+capsule folder and the packages its `requirements.txt` pins (installed into
+an isolated folder of the build cache, see `requirements.py`), never the
+host's site-packages (componentize-py gets that folder as VIRTUAL_ENV, so it
+never asks a `python3` on PATH for its site-packages).
+
+Before componentize-py runs, Capsule.toml is checked against what the SDK
+serves for app.py (`code_check.py`); a mismatch fails the build with the
+lines to add or remove.
+
 Builds are cached by content hash: sha256 over the capsule's files, the SDK's
-files, the WIT files, the componentize-py version and the build flags. The
-cache lives in `ASTRID_BUILD_CACHE_DIR` (default: the user cache dir +
-`builds`), so rebuilding an unchanged capsule is a file copy.
+files, the WIT files, the installed packages, the componentize-py version and
+the build flags. The cache lives in `ASTRID_BUILD_CACHE_DIR` (default: the
+user cache dir + `builds`), so rebuilding an unchanged capsule is a file copy.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,13 +50,27 @@ from typing import TypeVar
 import platformdirs
 
 from astrid.capsules import SDK_DIR
+from astrid.host.build.code_check import check_manifest, mismatch_message, read_code
+from astrid.host.build.requirements import (
+    REQUIREMENTS_FILE,
+    Site,
+    install_site,
+    read_requirements,
+    site_packages_of,
+)
 from astrid.host.errors import BuildError
-from astrid.host.kernel.manifest import Manifest, ManifestError, load_manifest
+from astrid.host.kernel.loader import stale_component
+from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.settings import BUILD_CACHE_ENV, path_setting
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRY_MODULE = "app"
 COMPONENTIZE_FLAGS = ("--stub-wasi",)
+# What else a build's result depends on: its isolated site (bump when the build's inputs change
+# in a way the content hash does not see, e.g. the manifest check).
+ISOLATION = "isolated-site-1 manifest-check-1"
+# Environment variables that would let the host's Python reach into the build.
+_HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PIPENV_ACTIVE", "CONDA_PREFIX")
 # Folders and files never part of a capsule's source.
 _SKIP_DIRS = {"__pycache__", "node_modules"}
 _SKIP_SUFFIXES = {".wasm", ".cwasm", ".pyc", ".pyo", ".tmp"}
@@ -60,6 +88,7 @@ class BuildResult:
     cached: bool  # served from the build cache (no componentize-py run)
     content_hash: str
     precompiled: Path | None  # the compile-cache entry, when precompiling ran
+    warnings: tuple[str, ...] = ()  # what the build noticed but did not refuse (one sentence each)
 
 
 def default_build_cache_dir() -> Path:
@@ -97,7 +126,8 @@ def _wit_files() -> list[Path]:
     return sorted(WIT_DIR.rglob("*.wit"))
 
 
-def content_hash(folder: Path, exclude: tuple[Path, ...] = ()) -> str:
+def content_hash(folder: Path, exclude: tuple[Path, ...] = (), site: str | None = None) -> str:
+    """sha256 over everything a build depends on; `site` is the tree hash of the installed requirements."""
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -111,8 +141,11 @@ def content_hash(folder: Path, exclude: tuple[Path, ...] = ()) -> str:
         add("sdk/" + path.relative_to(SDK_DIR).as_posix(), path.read_bytes())
     for path in _wit_files():
         add("wit/" + path.relative_to(WIT_DIR).as_posix(), path.read_bytes())
+    if site is not None:
+        add("site", site.encode())
     add("componentize-py", componentize_py_version().encode())
     add("flags", " ".join((CAPSULE_WORLD, ENTRY_MODULE, *COMPONENTIZE_FLAGS)).encode())
+    add("isolation", ISOLATION.encode())
     return digest.hexdigest()
 
 
@@ -157,8 +190,9 @@ def build_capsule(
     """Build `folder` into a component at `out` (default: the manifest's [[component]] file).
 
     `progress(phase, elapsed_seconds)` is called with elapsed 0.0 when a slow
-    phase starts ("componentize": componentize-py runs; "compile": wasmtime
-    precompiles into the compile cache), then about four times a second.
+    phase starts ("requirements": pip installs requirements.txt;
+    "componentize": componentize-py runs; "compile": wasmtime precompiles
+    into the compile cache), then about four times a second.
     """
     started = time.perf_counter()
     folder = Path(folder)
@@ -177,13 +211,21 @@ def build_capsule(
         )
     check_syntax(folder)
 
-    digest = content_hash(folder, exclude=(target,))
     cache = Path(cache_dir) if cache_dir is not None else default_build_cache_dir()
+    requirements = read_requirements(folder)
+    site = install_site(requirements, cache, progress) if requirements is not None else None
+    digest = content_hash(folder, exclude=(target,), site=site.tree_sha256 if site is not None else None)
     cached_wasm = cache / f"{digest}.wasm"
     cached = cached_wasm.is_file()
-    if not cached:
-        _componentize(folder, manifest, cache, cached_wasm, progress)
+    if cached:
+        warnings = _stored_warnings(cache, digest)
+    else:
+        warnings = _check_code(folder, manifest, site)
+        _componentize(folder, manifest, cache, cached_wasm, progress, site)
+        _store_warnings(cache, digest, warnings)
     _install(cached_wasm, target)
+    if out is None:
+        _freshen(folder, target)
     precompiled = None
     if precompile:
         precompiled = _precompile(target, progress)
@@ -195,7 +237,63 @@ def build_capsule(
         cached=cached,
         content_hash=digest,
         precompiled=precompiled,
+        warnings=tuple(warnings),
     )
+
+
+def _check_code(folder: Path, manifest: Manifest, site: Site | None) -> list[str]:
+    """Capsule.toml against what the SDK serves for app.py: BuildError on a mismatch, else the warnings.
+
+    When app.py does not import on the host's Python (a guest-only module, a
+    3.14 feature), the check is skipped with a warning: componentize-py has
+    the last word on the code.
+    """
+    reading = read_code(folder, site.site_packages if site is not None else None)
+    if reading.status == "failed":
+        why = f"importing it on this Python failed: {reading.detail}"
+        return [f"{MANIFEST_NAME} was not checked against {ENTRY_MODULE}.py ({why})"]
+    if reading.facts is None:
+        return []
+    try:
+        text = (folder / MANIFEST_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    result = check_manifest(manifest, reading.facts, text)
+    if result.errors:
+        raise BuildError(mismatch_message(folder, result.errors))
+    return result.warnings
+
+
+def _warnings_file(cache: Path, digest: str) -> Path:
+    return cache / f"{digest}.warnings.json"
+
+
+def _stored_warnings(cache: Path, digest: str) -> list[str]:
+    try:
+        stored = json.loads(_warnings_file(cache, digest).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(w) for w in stored] if isinstance(stored, list) else []
+
+
+def _store_warnings(cache: Path, digest: str, warnings: list[str]) -> None:
+    path = _warnings_file(cache, digest)
+    if not warnings:
+        path.unlink(missing_ok=True)
+        return
+    try:
+        path.write_text(json.dumps(warnings), encoding="utf-8")
+    except OSError:
+        pass  # only the next cached rebuild loses them
+
+
+def _freshen(folder: Path, target: Path) -> None:
+    """An unchanged build copied over an identical file keeps its old time: bump it past the sources'."""
+    if stale_component(folder) is not None:
+        try:
+            os.utime(target)
+        except OSError:
+            pass
 
 
 def _install(source: Path, target: Path) -> None:
@@ -234,6 +332,7 @@ def _componentize(
     cache: Path,
     cached_wasm: Path,
     progress: Progress | None,
+    site: Site | None = None,
 ) -> None:
     from astrid.host.toolpaths import componentize_py
 
@@ -245,6 +344,11 @@ def _componentize(
             f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
         ) from None
     wasm = scratch / f"{manifest.name}.wasm"
+    if site is not None:
+        site_root = site.root
+    else:  # nothing pinned: an empty site, so componentize-py looks nowhere else
+        site_root = scratch / "site"
+        site_packages_of(site_root).mkdir(parents=True)
     command = [
         componentize_py(),
         "-d", str(WIT_DIR),
@@ -256,12 +360,14 @@ def _componentize(
         ENTRY_MODULE,
         "-o", str(wasm),
     ]  # fmt: skip
-    env = {**os.environ, "RUST_BACKTRACE": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("VIRTUAL_ENV", None)  # componentize-py would add the host venv's site-packages
+    env = {k: v for k, v in os.environ.items() if k not in _HOST_PYTHON_ENV}
+    # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's path; without it, it would ask
+    # pipenv or the `python3` on PATH for theirs. The isolated site is the only one it may see.
+    env.update({"RUST_BACKTRACE": "0", "PYTHONDONTWRITEBYTECODE": "1", "VIRTUAL_ENV": str(site_root.resolve())})
     try:
         output = _run(command, env, scratch, progress)
         if output[0] != 0 or not wasm.is_file():
-            raise BuildError(_explain_failure(output[1], folder))
+            raise BuildError(_explain_failure(output[1], folder, site))
         os.replace(wasm, cached_wasm)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -325,26 +431,57 @@ def _run(command: list[str], env: dict[str, str], cwd: Path, progress: Progress 
 
 
 _GUEST_FILE = re.compile(r'File "/(\d+)/([^"]+)", line (\d+)')
+# A definition error the guest SDK located itself: `app.py:12: resource astrid://x/y on y(): ...`.
+_SDK_LOCATED = re.compile(r"(?:[\w.]+\.)?DefinitionError: (?P<file>[^\s:]+\.py):(?P<rest>\d+: .+)")
 
 
-def _explain_failure(output: str, folder: Path) -> str:
+def _explain_failure(output: str, folder: Path, site: Site | None = None) -> str:
     """One line from componentize-py's output: the cause, pointing at the file when it can."""
     text = output.split("\nStack backtrace:", 1)[0]
     head, _, caused = text.partition("\nCaused by:")
     cause = _last_line(caused) if caused.strip() else _last_line(head)
     cause = cause.removeprefix("AssertionError: ")
+    located = _SDK_LOCATED.fullmatch(cause)
+    if located:  # the author's declaration, not the SDK line that checked it
+        return f"{_show(folder / located['file'])}:{located['rest']}"
     where = ""
     frames = _GUEST_FILE.findall(head)
     if frames:
         index, relative, line = frames[-1]
-        root = folder if index == "0" else SDK_DIR if index == "1" else None
+        roots = {"0": folder, "1": SDK_DIR, "2": site.site_packages if site is not None else None}
+        root = roots.get(index)
         where = f"{_show(root / relative) if root else relative}:{line}: "
     elif "WitWorld" in cause:
         where = f"{_show(folder / (ENTRY_MODULE + '.py'))}: "
         cause += " (end app.py with `WitWorld = capsule.world()`)"
     elif "failed to resolve directory" in cause or "parsing WIT" in cause:
         cause += f" (the WIT in {WIT_DIR} does not parse: run `wasm-tools component wit {WIT_DIR}`)"
+    missing = _MISSING_MODULE.search(cause)
+    if missing:
+        cause += _missing_module_hint(missing.group(1))
     return f"{where}{cause}" if cause else "componentize-py failed without a message"
+
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+def _missing_module_hint(module: str) -> str:
+    """Why a module the host may well have is missing from the build, and the line that adds it."""
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names:
+        return " (the WebAssembly guest's standard library has no such module)"
+    from importlib.metadata import packages_distributions, version
+
+    pin = f"{top}==<version>"
+    for distribution in packages_distributions().get(top, [])[:1]:
+        try:
+            pin = f"{distribution}=={version(distribution)}"
+        except Exception:
+            pass
+    return (
+        " (a build sees only the standard library, the SDK, the capsule folder and the pure-Python packages "
+        f"pinned in {REQUIREMENTS_FILE} beside app.py: add `{pin}` there)"
+    )
 
 
 def _last_line(text: str) -> str:

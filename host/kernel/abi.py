@@ -50,6 +50,31 @@ LOG_LEVELS = {
     "warn": logging.WARNING,
     "error": logging.ERROR,
 }
+# A capsule's log (the `log` import; the SDK sends print() and sys.stdout/stderr through it).
+LOG_MESSAGE_CHARS = 4096  # what one log call keeps
+LOG_LINES_PER_CALL = 512  # per guest call: then one note, and the rest of the call's log is dropped
+LOG_CHARS_PER_CALL = 256 * 1024
+# A guest's text goes to the operator's terminal: no control character may act on it
+# (a newline forging a log line, an escape sequence): each is shown escaped.
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09}
+_UNPRINTABLE.update({0x0A: "\\n", 0x0D: "\\r"})
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but tab escaped (`\\n`, `\\x1b`)."""
+    return text.translate(_UNPRINTABLE)
+
+
+class _LogUse:
+    """How much one guest call has logged (`call` is the CallContext, or None outside a message)."""
+
+    __slots__ = ("call", "chars", "lines", "over")
+
+    def __init__(self, call: object) -> None:
+        self.call = call
+        self.lines = 0
+        self.chars = 0
+        self.over = False
 
 
 # Store identity -> the Component instantiated in it (between register and release).
@@ -93,6 +118,7 @@ class HostAbi:
         self._subs: dict[int, tuple[Instance, Subscription]] = {}
         self._reps = itertools.count(1)
         self._lock = threading.Lock()
+        self._log_use: dict[int, _LogUse] = {}  # store key -> what its current call has logged
         # Both before add_func, which binds the host-call trampoline they swap.
         wasmtime_patches.install()  # required fixes; refuses an unknown wasmtime
         fastpath.install(component_of)  # optional speed-ups (ASTRID_NO_FASTPATH=1 turns them off)
@@ -124,6 +150,7 @@ class HostAbi:
         unbind_store(instance.store)
         with self._lock:
             self._instances.pop(store_key(instance.store), None)
+            self._log_use.pop(store_key(instance.store), None)
             doomed = [rep for rep, (owner, _) in self._subs.items() if owner is instance]
             subscriptions = [self._subs.pop(rep)[1] for rep in doomed]
         for subscription in subscriptions:
@@ -249,9 +276,35 @@ class HostAbi:
             return f"{type(exc).__name__}: {exc}"
 
     def _log(self, store: Any, level: str, message: str) -> None:
+        """A line of the capsule's log, as `[name] message`, at the level it chose.
+
+        Bounded: one message keeps LOG_MESSAGE_CHARS, one guest call logs at
+        most LOG_LINES_PER_CALL lines and LOG_CHARS_PER_CALL characters (then
+        one note says the rest is dropped). Control characters are escaped.
+        """
         try:
+            levelno = LOG_LEVELS.get(level, logging.INFO)
+            if not log.isEnabledFor(levelno):
+                return
+            key = store_key(store)
             instance = self._instance(store)
-            log.log(LOG_LEVELS.get(level, logging.INFO), "[%s] %s", instance.capsule.name, message[:4096])
+            text = message[:LOG_MESSAGE_CHARS]
+            use = self._log_use.get(key)
+            if use is None or use.call is not instance.current:
+                use = self._log_use[key] = _LogUse(instance.current)
+            use.lines += 1
+            use.chars += len(text)
+            if use.lines > LOG_LINES_PER_CALL or use.chars > LOG_CHARS_PER_CALL:
+                if not use.over:
+                    use.over = True
+                    log.warning(
+                        "[%s] more than %d log lines or %d KiB in one call: the rest of this call's log is dropped",
+                        instance.capsule.name,
+                        LOG_LINES_PER_CALL,
+                        LOG_CHARS_PER_CALL // 1024,
+                    )
+                return
+            log.log(levelno, "[%s] %s", instance.capsule.name, printable(text))
         except Exception:
             pass
 

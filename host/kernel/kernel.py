@@ -36,7 +36,7 @@ from astrid.host.bus import (
     host_participant,
 )
 from astrid.host.bus.topics import is_clean_segment
-from astrid.host.capabilities.grants import GrantStore, mount_folder, usable
+from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, mount_folder, usable
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
 from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX, INVENTORY_REQUEST, KERNEL
 from astrid.host.errors import GrantError
@@ -418,6 +418,12 @@ class Kernel:
                 self.bus.publish(self.participant, CAPSULES_LOADED_TOPIC, inventory, principal)
             except BusError as exc:
                 log.error("cannot announce the capsule set to %s: %s", principal, exc)
+
+    def granted(self) -> dict[str, CapsuleGrants]:
+        """What each loaded capsule is granted now, by name: what a grant or a revoke
+        changes (`astrid capsule grant`), polled by the runtime to announce it.
+        One `stat` of the grants file while it is unchanged."""
+        return {c.name: self.grants.for_capsule(c.name, c.grant_identity) for c in self.loaded()}
 
     def mount_folders(self) -> dict[Path, frozenset[Principal]]:
         """The folders loaded capsules may read as fs mounts now, each with the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,61 @@ def load_capsule(folder: Path, cache: CompileCache, vet: Vet | None = None) -> L
         load_seconds=loaded.seconds,
         from_cache=loaded.from_cache,
         provenance=provenance,
+    )
+
+
+# Sources whose change means the component must be built again (data files baked in at
+# import time are not counted: editing a README must not call for a rebuild).
+STALE_SOURCE_SUFFIXES = (".py",)
+STALE_SOURCE_NAMES = ("requirements.txt",)
+STALE_SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
+MAX_STALE_FILES = 5000  # files looked at before giving up (a capsule folder is small)
+
+
+def stale_component(folder: Path, manifest: Manifest | None = None) -> str | None:
+    """Why the built component in `folder` is older than its source, or None.
+
+    The source is every `.py` file of the capsule folder (hidden entries and
+    caches skipped) and its `requirements.txt`. None also when it cannot tell:
+    no manifest, no component yet, or more than `MAX_STALE_FILES` files. A
+    one-line message otherwise, naming the newest source file and the fix:
+
+        app.py is newer than notes.wasm (changed after the last build): rebuild with `astrid capsule build notes`
+    """
+    folder = Path(folder)
+    if manifest is None:
+        try:
+            manifest = load_manifest(folder)
+        except ManifestError:
+            return None
+    wasm = folder / manifest.component_file
+    try:
+        built = wasm.stat().st_mtime_ns
+    except OSError:
+        return None
+    newest: tuple[int, Path] | None = None
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in STALE_SKIP_DIRS)
+        for name in files:
+            seen += 1
+            if seen > MAX_STALE_FILES:
+                return None
+            if name.startswith(".") or not (name.endswith(STALE_SOURCE_SUFFIXES) or name in STALE_SOURCE_NAMES):
+                continue
+            path = Path(root) / name
+            try:
+                changed = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            if changed > built and (newest is None or changed > newest[0]):
+                newest = (changed, path)
+    if newest is None:
+        return None
+    source = newest[1].relative_to(folder).as_posix()
+    return (
+        f"{source} is newer than {manifest.component_file} (changed after the last build): "
+        f"rebuild with `astrid capsule build {folder}`"
     )
 
 

@@ -213,8 +213,56 @@ def parse_manifest(raw: dict[str, Any], path: Path | str = MANIFEST_NAME) -> Man
         return Manifest.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
+        explained = _explain_structure(raw, path, first["type"], tuple(first["loc"]))
+        if explained is not None:
+            raise ManifestError(f"{path}: {explained}") from None
         where = ".".join(str(part) for part in first["loc"]) or "(top level)"
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "not a key this table has (check the spelling; docs/capsules.md lists the manifest's keys)"
         raise ManifestError(f"{path}: {where}: {message}") from None
+
+
+def _suggested_name(raw: dict[str, Any], path: Path | str) -> str:
+    """The capsule's name for the lines an error suggests: [package] name, else the folder's name."""
+    package = raw.get("package")
+    name = package.get("name") if isinstance(package, dict) else None
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return name
+    folder = Path(path).parent.name.lower()
+    return folder if _NAME.fullmatch(folder) else "my-capsule"
+
+
+def _lines(*lines: str) -> str:
+    return "\n".join(f"    {line}" for line in lines)
+
+
+def _explain_structure(raw: dict[str, Any], path: Path | str, kind: str, loc: tuple) -> str | None:
+    """A missing or misshapen table or key, named, with the exact lines that fix it (None: not such an error)."""
+    name = _suggested_name(raw, path)
+    component = ("[[component]]", f'id = "{name}"', f'file = "{name}.wasm"')
+    package = ("[package]", f'name = "{name}"', 'version = "0.1.0"')
+    if loc == ("component",):
+        if kind == "missing":
+            return (
+                "the [[component]] table is missing (it names the component file `astrid capsule build` writes "
+                f"and the host loads). Add these lines:\n{_lines(*component)}"
+            )
+        if kind in ("list_type", "dict_type"):
+            return (
+                "[component] must be written [[component]] (double brackets: an array of tables, with exactly "
+                f"one entry). Write:\n{_lines(*component)}"
+            )
+        if kind == "too_short":
+            return f"[[component]] needs exactly one entry, and it has none. Add:\n{_lines(*component)}"
+        if kind == "too_long":
+            return "a capsule has exactly one component: keep one [[component]] table, remove the others"
+    if loc == ("package",) and kind == "missing":
+        return f"the [package] table is missing. Add these lines:\n{_lines(*package)}"
+    if kind == "missing" and len(loc) >= 2 and loc[0] == "package" and loc[-1] in ("name", "version"):
+        line = package[1] if loc[-1] == "name" else package[2]
+        return f"package.{loc[-1]}: [package] has no `{loc[-1]}`. Add this line under [package]:\n{_lines(line)}"
+    if kind == "missing" and len(loc) == 3 and loc[0] == "component" and loc[-1] in ("id", "file"):
+        line = component[1] if loc[-1] == "id" else component[2]
+        return f"component.{loc[-1]}: [[component]] has no `{loc[-1]}`. Add this line under it:\n{_lines(line)}"
+    return None

@@ -15,12 +15,15 @@ static token file (`astrid.host.auth.TokenStore`) and the OIDC verifier
 - a principal name that breaks the grammar (`principal_problem`) is refused,
   whatever the source said, since it would become a sandbox key and a bus stamp;
 - a source that fails (a corrupt or unsafe token file) refuses the token and
-  logs why, once per distinct problem: fail closed, no traceback per request.
+  logs why, once per distinct problem: fail closed, no traceback per request;
+- why a token is refused goes to the access log's failed-login line
+  (`access.note_refusal`), which names the client address, never the token.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio.to_thread
 from mcp.server.auth.provider import AccessToken
@@ -28,6 +31,7 @@ from mcp.server.auth.provider import AccessToken
 from astrid.host.auth.principal import BearerIdentity, IdentitySource, PrincipalSource, principal_problem
 from astrid.host.auth.tokens import TokenStore
 from astrid.host.errors import AstridError
+from astrid.host.mcp.access import note_refusal
 
 log = logging.getLogger("astrid.host.mcp.auth")
 
@@ -47,9 +51,12 @@ class BearerVerifier:
         self._last_failure: str | None = None
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        identity = await anyio.to_thread.run_sync(self._identify, token)
+        identity, refusal = await anyio.to_thread.run_sync(self._identify_why, token)
         if identity is None:
+            note_refusal(refusal or "the token was refused")
             return None
+        if identity.expires_at is not None and identity.expires_at < time.time():
+            note_refusal("the token has expired")  # the SDK refuses it too
         return AccessToken(
             token=token,
             client_id=identity.principal,
@@ -61,19 +68,25 @@ class BearerVerifier:
 
     def _identify(self, token: str) -> BearerIdentity | None:
         """The source's answer, with a checked principal name; None to refuse (runs in a worker thread)."""
+        return self._identify_why(token)[0]
+
+    def _identify_why(self, token: str) -> tuple[BearerIdentity | None, str | None]:
+        """`_identify`, and why a token is refused (never the token itself)."""
         try:
             identity = self._ask(token)
         except AstridError as exc:  # the source cannot decide: refuse, and say why once
             self._log_failure(str(exc))
-            return None
+            return None, "the token source cannot be used (logged once above)"
         self._last_failure = None
         if identity is None:
-            return None
+            if isinstance(self.source, IdentitySource):  # OIDC: its verifier logged why
+                return None, "the access token is not valid (expired, wrong issuer, audience or signature, ...)"
+            return None, "unknown or revoked token"
         problem = principal_problem(identity.principal)
         if problem:
             log.warning("bearer token refused: its principal name is not valid (%s)", problem)
-            return None
-        return identity
+            return None, "the principal name it names is not valid"
+        return identity, None
 
     def _ask(self, token: str) -> BearerIdentity | None:
         if isinstance(self.source, IdentitySource):

@@ -20,7 +20,9 @@ astrid adds:
 - a request body cap; connection caps and deadlines (`connections.py`);
   sessions capped per principal (`sessions.py`); sessions and streams that
   end with their credential (`credential_watch.py`): the limits of
-  `http_limits.py`, for a shared server.
+  `http_limits.py`, for a shared server;
+- an access log, one line per request (`access_log`, on by default), and a
+  rate-limited line per refused credential (`access.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from astrid.host.limits import HttpLimits
+from astrid.host.mcp.access import AccessLog, FailureLog
 from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
 from astrid.host.mcp.credential_watch import CredentialWatch
 from astrid.host.mcp.sessions import PrincipalSessionManager
@@ -70,6 +73,8 @@ class HttpSettings:
     tls_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     limits: HttpLimits = field(default_factory=HttpLimits)
+    # One line per request on the `astrid.access` logger (`--no-access-log` turns it off).
+    access_log: bool = True
 
 
 def is_loopback(host: str) -> bool:
@@ -128,7 +133,14 @@ class HttpListener:
             sessions_per_principal=limits.sessions_per_principal,
             watch=self.credentials,
         )
-        self.app = self._app()
+        self.app: ASGIApp = self._app()
+        if settings.access_log or verifier is not None:  # failed logins are logged with or without the access log
+            self.app = AccessLog(
+                self.app,
+                access=settings.access_log,
+                principal=server.backend.principal if verifier is None else None,
+                failures=FailureLog() if verifier is not None else None,
+            )
 
     def _app(self) -> Starlette:
         """The SDK's parts, composed as its `streamable_http_app` does, around astrid's session manager."""

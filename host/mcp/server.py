@@ -57,6 +57,7 @@ from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
 from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.mcp.access import note_request
 from astrid.host.mcp.changes import ListChanged
 from astrid.host.mcp.credential_watch import CredentialWatch
 from astrid.host.mcp.reshape import (
@@ -67,7 +68,7 @@ from astrid.host.mcp.reshape import (
     to_resource,
     to_template,
 )
-from astrid.host.mcp.stdio import screened_stdio_server
+from astrid.host.mcp.stdio import InputStop, screened_stdio_server
 from astrid.host.mcp.tools import ResourceTools
 from astrid.host.version import astrid_version
 
@@ -179,8 +180,9 @@ class AstridMcpServer:
     async def run(self, read_stream, write_stream) -> None:
         await self.server.run(read_stream, write_stream, self.initialization_options())
 
-    async def run_stdio(self) -> None:
-        async with screened_stdio_server() as (read_stream, write_stream):
+    async def run_stdio(self, stop: InputStop | None = None) -> None:
+        """Serve the process's stdin/stdout until end of input (or `stop.request()`, e.g. on Ctrl-C)."""
+        async with screened_stdio_server(stop) as (read_stream, write_stream):
             await self.run(read_stream, write_stream)
 
     @property
@@ -202,6 +204,7 @@ class AstridMcpServer:
                 tg.cancel_scope.cancel()
 
     async def _capture_session(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
+        note_request(ctx.request, ctx.method, ctx.params)  # for the HTTP access log, when there is one
         result = await call_next(ctx)
         # A handshake-era connection has one standalone channel for
         # notifications; remember a session that reaches it once initialized.

@@ -87,7 +87,7 @@ def test_the_banner_says_the_url_the_auth_mode_and_how_to_add_a_token(served: Ht
 async def test_the_config_entry_for_http_connects_once_its_token_is_filled_in(served: HttpServer, tmp_path):
     done = run_astrid("mcp", "config", "--http", served.url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    entry = json.loads(done.stdout)["mcpServers"]["astrid"]
+    [entry] = json.loads(done.stdout)["mcpServers"].values()
     assert entry["type"] == "http" and entry["url"] == served.url
     token = served.add_token("frank")
     headers = {key: value.replace("<token>", token) for key, value in entry["headers"].items()}

@@ -120,7 +120,8 @@ async def test_the_typescript_client_reads_the_same_through_the_tools(capsules, 
 
     config = tmp_path / "claude_desktop_config.json"
     printed = subprocess.run(
-        [astrid_exe(), "mcp", "config", "--capsules", str(live), "--principal", "alice", "--resource-tools"],
+        [astrid_exe(), "mcp", "config", "--name", "astrid", "--capsules", str(live), "--principal", "alice"]
+        + ["--resource-tools"],
         env=server_env(capsule_home),
         capture_output=True,
         text=True,

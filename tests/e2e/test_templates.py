@@ -70,7 +70,7 @@ async def python_view(folder, capsule_home, stderr) -> dict:
 def typescript_view(folder, capsule_home, tmp_path) -> dict:
     config = tmp_path / "claude_desktop_config.json"
     printed = subprocess.run(
-        [astrid_exe(), "mcp", "config", "--capsules", str(folder), "--principal", "alice"],
+        [astrid_exe(), "mcp", "config", "--name", "astrid", "--capsules", str(folder), "--principal", "alice"],
         env=server_env(capsule_home),
         capture_output=True,
         text=True,

@@ -117,7 +117,7 @@ async def test_the_typescript_client_sees_what_the_python_client_sees(capsules, 
     # The config entry a user pastes into Claude Desktop; it carries the ASTRID_* settings.
     config = tmp_path / "claude_desktop_config.json"
     printed = subprocess.run(
-        [astrid_exe(), "mcp", "config", "--capsules", str(live), "--principal", "alice"],
+        [astrid_exe(), "mcp", "config", "--name", "astrid", "--capsules", str(live), "--principal", "alice"],
         env=server_env(capsule_home),
         capture_output=True,
         text=True,

@@ -286,7 +286,10 @@ def test_a_squatted_uri_goes_to_the_first_source_id_with_an_audit_line(
     audit = [r.getMessage() for r in caplog.records if r.name == "astrid.host.broker.audit"]
     assert len(audit) == 1
     line = audit[0]
-    assert "astrid://docs/index" in line and docs_sid in line and squat_sid in line and "alice" in line
+    assert "astrid://docs/index" in line and "alice" in line
+    named = {docs_sid: "docs", squat_sid: name}  # by name; the source-ids only with -v
+    assert f"winner={named[winner]} loser={named[max(docs_sid, squat_sid)]} " in line
+    assert docs_sid not in line and squat_sid not in line
     text = served.text("astrid://docs/index")
     if order == "squatter-first":
         # Operator trust: an installed capsule that sorts first owns the URI (documented).

@@ -77,7 +77,9 @@ async def test_a_zoo_of_hostile_capsules_behind_a_real_mcp_client(bundled, hosti
     log = served.log()
     squat_sid = hostile_source_id(squatter, hostile_wasm)
     audit = [line for line in log.splitlines() if "resource uri collision" in line]
-    assert audit and all("astrid://docs/index" in line and docs_sid in line and squat_sid in line for line in audit)
+    # both capsules by name (the source-ids only with -v); docs sorts first
+    assert audit and all("astrid://docs/index" in line and f"winner=docs loser={squatter} " in line for line in audit)
+    assert not any(docs_sid in line or squat_sid in line for line in audit)
     assert not TRACEBACK.search(log), log
 
 

@@ -1,8 +1,10 @@
 """astrid_sdk: write resource-serving capsules in Python.
 
 Runs inside the WebAssembly guest (CPython 3.14 built by componentize-py with
-no WASI), so it uses the stdlib only and never the clock, files, randomness
-or stdout: use `ctx.clock_ms()` and `ctx.log()` instead.
+no WASI), so it uses the stdlib only and never the clock, files or
+randomness: use `ctx.clock_ms()` instead. `print()` and anything written to
+`sys.stdout` / `sys.stderr` go to the host's log (stdout at info, stderr at
+warn, bounded per call), as `ctx.log(message, level)` does.
 
     from astrid_sdk import Capsule, NotFound
 
@@ -39,6 +41,7 @@ A refusal raises a `HostError` subclass: `NotGranted`, `Denied`,
 `InvalidArgument`.
 """
 
+from astrid_sdk import _output
 from astrid_sdk._capabilities import Entry, Response, Stat
 from astrid_sdk._capsule import Capsule, Context, Family, Template
 from astrid_sdk._errors import (
@@ -57,6 +60,10 @@ from astrid_sdk._template import UriTemplate
 from astrid_sdk._wire import Annotations, Chunk, Icon, Resource, ResourceTemplate, blob, text
 
 __version__ = "1.0.0"
+
+# Inside the guest, print() and sys.stdout/sys.stderr go to the host's log instead of
+# trapping. Done at import, which is build time: the built component keeps it.
+_output.install_in_guest()
 
 __all__ = [
     "Annotations",

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from astrid_sdk import _wire
+from astrid_sdk import _output, _wire
 from astrid_sdk._capabilities import Files, Http, KeyValue
 from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
+from astrid_sdk._site import call_site, declare, exception_site, subject
 from astrid_sdk._wire import Resource, ResourceTemplate, check_uri, clean_segment, dumps, is_clean_segment
 
 DESCRIBE_HANDLER = "describe"
@@ -131,12 +132,13 @@ class Context:
 
 
 class _Static:
-    __slots__ = ("definition", "handler", "visible")
+    __slots__ = ("definition", "handler", "visible", "site")
 
-    def __init__(self, definition: Resource, handler, visible) -> None:
+    def __init__(self, definition: Resource, handler, visible, site: str | None = None) -> None:
         self.definition = definition
         self.handler = handler
         self.visible = visible
+        self.site = site  # where it was declared (`app.py:12`), for a later duplicate's error
 
 
 class Family:
@@ -158,6 +160,7 @@ class Family:
         self.icons = icons
         self.meta = meta
         self.max_age_s = max_age_s
+        self.site: str | None = None  # where it was declared (`app.py:12`)
         self._lister = None
         # Validate the defaults once, at import (= build) time.
         Resource(
@@ -234,6 +237,7 @@ class Template:
         self.handler = handler
         self.visible = visible
         self._completers: dict[str, Callable[..., object]] = {}
+        self.site: str | None = None  # where it was declared (`app.py:12`)
         self._lister = None
 
     def __call__(self, ctx):
@@ -252,14 +256,16 @@ class Template:
         keeps the strings that start with `prefix`, drops duplicates and
         sends at most 100 (with `total` and `has_more`).
         """
+        site = call_site()
+        what = subject("template", self.uri_template)
         if variable not in self.parsed.names:
-            raise DefinitionError(f"{self.uri_template} has no variable {variable!r} to complete")
+            raise DefinitionError(f"no variable {variable!r} to complete", site=site, subject=what)
         if variable in self._completers:
-            raise DefinitionError(f"{variable!r} of {self.uri_template} has two completers")
+            raise DefinitionError(f"{variable!r} has two completers", site=site, subject=what)
 
         def decorate(function):
             if not callable(function):
-                raise DefinitionError(f"the completer of {variable!r} is not callable")
+                raise DefinitionError(f"the completer of {variable!r} is not callable", site=call_site(), subject=what)
             self._completers[variable] = function
             return function
 
@@ -273,6 +279,20 @@ class Template:
 
     def __repr__(self) -> str:
         return f"Template({self.uri_template!r})"
+
+
+def _check_handler(handler, visible=None) -> None:
+    if not callable(handler):
+        raise DefinitionError(f"the handler is {type(handler).__name__}, not a function")
+    if visible is not None and not callable(visible):
+        raise DefinitionError("visible= must be a function of ctx")
+
+
+def _first_at(site: str | None, handler) -> str:
+    """` (first at app.py:12 on readme())`, for a duplicate declaration's error."""
+    name = getattr(handler, "__name__", None)
+    parts = ([f"at {site}"] if site else []) + ([f"on {name}()"] if isinstance(name, str) else [])
+    return f" (first {' '.join(parts)})" if parts else ""
 
 
 def _flat_key(key: str) -> bool:
@@ -302,15 +322,12 @@ def _is_hex(pair: str) -> bool:
 
 
 def _describe_exception(exc: BaseException) -> str:
-    """`ValueError: boom (app.py:12 in readme)` without reading any file."""
-    where = ""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is not None:
-        code = tb.tb_frame.f_code
-        filename = code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
-        where = f" ({filename}:{tb.tb_lineno} in {code.co_name})"
+    """`ValueError: boom (app.py:12 in readme)` without reading any file.
+
+    The place is the last frame in the author's code, not one inside the SDK
+    (a refused `ctx.fs.read` points at the handler's line that called it).
+    """
+    where = exception_site(exc)
     message = str(exc)
     return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"
 
@@ -373,7 +390,11 @@ class Capsule:
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
-            raise DefinitionError("a capsule needs a name (use the package name from Capsule.toml)")
+            raise DefinitionError(
+                "a capsule needs a name (use the package name from Capsule.toml)",
+                site=call_site(),
+                subject=f"Capsule({name!r})",
+            )
         self.name = name
         self.reply_suffix = clean_segment(name)
         self._static: dict[str, _Static] = {}
@@ -413,21 +434,30 @@ class Capsule:
         """
 
         def decorate(handler):
-            definition = Resource(
-                uri,
-                name if name is not None else getattr(handler, "__name__", uri),
-                title=title,
-                description=description,
-                mime_type=mime_type,
-                size=size,
-                annotations=annotations,
-                icons=icons,
-                meta=meta,
-                max_age_s=max_age_s,
-            )
-            if definition.uri in self._static:
-                raise DefinitionError(f"{definition.uri} is declared twice")
-            self._static[definition.uri] = _Static(definition, handler, visible)
+            site = call_site()
+            what = subject("resource", uri, handler)
+
+            def define() -> Resource:
+                _check_handler(handler, visible)
+                definition = Resource(
+                    uri,
+                    name if name is not None else getattr(handler, "__name__", uri),
+                    title=title,
+                    description=description,
+                    mime_type=mime_type,
+                    size=size,
+                    annotations=annotations,
+                    icons=icons,
+                    meta=meta,
+                    max_age_s=max_age_s,
+                )
+                first = self._static.get(definition.uri)
+                if first is not None:
+                    raise DefinitionError("declared twice" + _first_at(first.site, first.handler))
+                return definition
+
+            definition = declare(site, what, define)
+            self._static[definition.uri] = _Static(definition, handler, visible, site)
             return handler
 
         return decorate
@@ -442,7 +472,18 @@ class Capsule:
         """
 
         def decorate(handler) -> Family:
-            family = Family(prefix, handler, mime_type, annotations, icons, meta, max_age_s)
+            site = call_site()
+
+            def define() -> Family:
+                _check_handler(handler)
+                family = Family(prefix, handler, mime_type, annotations, icons, meta, max_age_s)
+                first = next((f for f in self._families if f.prefix == family.prefix), None)
+                if first is not None:
+                    raise DefinitionError("declared twice" + _first_at(first.site, first.handler))
+                return family
+
+            family = declare(site, subject("resource family", prefix, handler), define)
+            family.site = site
             self._families.append(family)
             # longest prefix first, so a narrower family wins over a wider one
             self._families.sort(key=lambda f: len(f.prefix), reverse=True)
@@ -476,20 +517,27 @@ class Capsule:
         """
 
         def decorate(handler) -> Template:
-            definition = ResourceTemplate(
-                uri_template,
-                name if name is not None else getattr(handler, "__name__", uri_template),
-                title=title,
-                description=description,
-                mime_type=mime_type,
-                annotations=annotations,
-                icons=icons,
-                meta=meta,
-                max_age_s=max_age_s,
-            )
-            if any(t.uri_template == definition.uri_template for t in self._templates):
-                raise DefinitionError(f"{definition.uri_template} is declared twice")
-            template = Template(definition, handler, visible)
+            site = call_site()
+
+            def define() -> Template:
+                definition = ResourceTemplate(
+                    uri_template,
+                    name if name is not None else getattr(handler, "__name__", uri_template),
+                    title=title,
+                    description=description,
+                    mime_type=mime_type,
+                    annotations=annotations,
+                    icons=icons,
+                    meta=meta,
+                    max_age_s=max_age_s,
+                )
+                first = next((t for t in self._templates if t.uri_template == definition.uri_template), None)
+                if first is not None:
+                    raise DefinitionError("declared twice" + _first_at(first.site, first.handler))
+                return Template(definition, handler, visible)
+
+            template = declare(site, subject("template", uri_template, handler), define)
+            template.site = site
             self._templates.append(template)
             # sorted() is stable: equal prefixes keep declaration order
             self._by_prefix = sorted(self._templates, key=lambda t: len(t.parsed.literal_prefix), reverse=True)
@@ -505,7 +553,11 @@ class Capsule:
 
         def decorate(function):
             if handler_name in SDK_HANDLERS:
-                raise DefinitionError(f"handler {handler_name!r} is served by the SDK itself")
+                raise DefinitionError(
+                    "served by the SDK itself (bind another handler name in Capsule.toml)",
+                    site=call_site(),
+                    subject=subject("handler", repr(handler_name), function),
+                )
             self._handlers[handler_name] = function
             return function
 
@@ -523,6 +575,7 @@ class Capsule:
                 "Capsule.world() works only inside a componentize-py build (astrid capsule build)"
             ) from None
 
+        _output.install()  # print() and sys.stdout/stderr go to the host's log (normally done at SDK import)
         capsule = self
         host = WitHost()
 
@@ -536,7 +589,17 @@ class Capsule:
     # -- serving ------------------------------------------------------------
 
     def dispatch(self, action: str, payload, host) -> tuple[str, str | None]:
-        """Handle one hook call; never raises. Returns (capsule-result action, data)."""
+        """Handle one hook call; never raises. Returns (capsule-result action, data).
+
+        What the call prints goes to `host.log` (`_output`), bounded per call.
+        """
+        _output.begin(host)
+        try:
+            return self._dispatch(action, payload, host)
+        finally:
+            _output.end()
+
+    def _dispatch(self, action: str, payload, host) -> tuple[str, str | None]:
         try:
             if action == DESCRIBE_HANDLER:
                 return self._describe(host)

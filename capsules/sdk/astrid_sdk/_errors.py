@@ -4,7 +4,20 @@ from __future__ import annotations
 
 
 class DefinitionError(ValueError):
-    """A resource definition or chunk that breaks the contract (docs/contract.md §3, §7)."""
+    """A resource definition or chunk that breaks the contract (docs/contract.md §3, §7).
+
+    Raised by a declaration (`@capsule.resource(...)` and the like, at import
+    = build time), it names where the author declared it and what:
+    `app.py:12: resource astrid://notes/a on readme(): max_age_s must be ...`
+    (`site`, `subject` and `problem` hold the three parts; the first two are
+    None for a value checked on its own, such as `Resource(...)`).
+    """
+
+    def __init__(self, problem: str = "", *, site: str | None = None, subject: str | None = None) -> None:
+        self.problem = problem
+        self.site = site
+        self.subject = subject
+        super().__init__(": ".join(part for part in (site, subject, problem) if part))
 
 
 class NotFound(Exception):

@@ -16,6 +16,7 @@ from wit_world.imports import astrid_sys_host as sys_host
 
 from astrid_sdk._errors import HostError, capability_error
 
+MAX_LOG_CHARS = 4096  # what the host keeps of one log message
 LEVELS = {
     "trace": sys_host.LogLevel.TRACE,
     "debug": sys_host.LogLevel.DEBUG,
@@ -113,7 +114,13 @@ class WitHost:
             raise HostError(*_code(err.value)) from None
 
     def log(self, level: str, message: str) -> None:
-        sys_host.log(LEVELS.get(level, sys_host.LogLevel.INFO), message)
+        # The host keeps the first MAX_LOG_CHARS of a message: send no more, and valid UTF-8 only.
+        text = message[:MAX_LOG_CHARS]
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        sys_host.log(LEVELS.get(level, sys_host.LogLevel.INFO), text)
 
     def config(self, key: str) -> str | None:
         try:
