@@ -27,7 +27,7 @@ def host() -> None:
 @capsules_option
 @bus_options
 def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None) -> None:
-    """Run the capsules in PATHS on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
+    """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
     from astrid.host.runtime import RuntimeConfig, make_kernel
 
     if bus_url is None:
@@ -57,7 +57,7 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
 @capsules_option
 @click.option("--user", default="capsule-host", show_default=True, help="The NATS user the host connects as.")
 def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
-    """Print the nats-server `authorization` entry for a host running the capsules in PATHS.
+    """Print the nats-server `authorization` entry for a host running the capsules of --capsules.
 
     The host may publish only what its capsules' manifests allow on the
     resource topics, plus the bus's own host topics. Add a password (or use

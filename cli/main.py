@@ -65,6 +65,7 @@ def _register_commands() -> None:
         artifact_cmd,
         capsule_cmd,
         grant_cmd,
+        help_texts,
         host_cmd,
         install_cmd,
         key_cmd,
@@ -74,6 +75,8 @@ def _register_commands() -> None:
         token_cmd,
         trust_cmd,
     )
+
+    help_texts.apply(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -234,7 +234,8 @@ def _suggested_name(raw: dict[str, Any], path: Path | str) -> str:
 
 
 def _lines(*lines: str) -> str:
-    return "\n".join(f"    {line}" for line in lines)
+    """TOML lines inside a one-line message: `[package]` / `name = "x"`."""
+    return " / ".join(f"`{line}`" for line in lines)
 
 
 def _explain_structure(raw: dict[str, Any], path: Path | str, kind: str, loc: tuple) -> str | None:
@@ -246,23 +247,23 @@ def _explain_structure(raw: dict[str, Any], path: Path | str, kind: str, loc: tu
         if kind == "missing":
             return (
                 "the [[component]] table is missing (it names the component file `astrid capsule build` writes "
-                f"and the host loads). Add these lines:\n{_lines(*component)}"
+                f"and the host loads). Add these lines: {_lines(*component)}"
             )
         if kind in ("list_type", "dict_type"):
             return (
                 "[component] must be written [[component]] (double brackets: an array of tables, with exactly "
-                f"one entry). Write:\n{_lines(*component)}"
+                f"one entry). Write: {_lines(*component)}"
             )
         if kind == "too_short":
-            return f"[[component]] needs exactly one entry, and it has none. Add:\n{_lines(*component)}"
+            return f"[[component]] needs exactly one entry, and it has none. Add: {_lines(*component)}"
         if kind == "too_long":
             return "a capsule has exactly one component: keep one [[component]] table, remove the others"
     if loc == ("package",) and kind == "missing":
-        return f"the [package] table is missing. Add these lines:\n{_lines(*package)}"
+        return f"the [package] table is missing. Add these lines: {_lines(*package)}"
     if kind == "missing" and len(loc) >= 2 and loc[0] == "package" and loc[-1] in ("name", "version"):
         line = package[1] if loc[-1] == "name" else package[2]
-        return f"package.{loc[-1]}: [package] has no `{loc[-1]}`. Add this line under [package]:\n{_lines(line)}"
+        return f"package.{loc[-1]}: [package] has no `{loc[-1]}`. Add this line under [package]: {_lines(line)}"
     if kind == "missing" and len(loc) == 3 and loc[0] == "component" and loc[-1] in ("id", "file"):
         line = component[1] if loc[-1] == "id" else component[2]
-        return f"component.{loc[-1]}: [[component]] has no `{loc[-1]}`. Add this line under it:\n{_lines(line)}"
+        return f"component.{loc[-1]}: [[component]] has no `{loc[-1]}`. Add this line under it: {_lines(line)}"
     return None

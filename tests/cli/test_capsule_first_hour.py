@@ -72,7 +72,8 @@ def test_a_missing_component_table_is_named_with_the_lines_to_add(tmp_path: Path
     assert result.returncode == 1
     assert "Field required" not in result.stderr
     assert result.stderr.startswith("error: notes/Capsule.toml: the [[component]] table is missing")
-    assert 'Add these lines:\n    [[component]]\n    id = "notes"\n    file = "notes.wasm"' in result.stderr
+    assert 'Add these lines: `[[component]]` / `id = "notes"` / `file = "notes.wasm"`' in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     # The lines it gives are the fix.
     manifest.write_text(manifest.read_text() + '\n[[component]]\nid = "notes"\nfile = "notes.wasm"\n')
     from astrid.host.kernel.manifest import load_manifest
