@@ -1,4 +1,4 @@
-"""The composition root: one kernel and one broker, and a front-door client per principal.
+"""The composition root: one kernel and one broker, and a broker client per principal.
 
 The one code path behind `astrid mcp serve` and `astrid resources list/read`
 (and the place a multi-principal transport or a bus-only `host run` joins):
@@ -6,14 +6,16 @@ The one code path behind `astrid mcp serve` and `astrid resources list/read`
     runtime = Runtime(RuntimeConfig(capsule_paths=[...], principal="alice"))
     runtime.start(background=True)     # returns at once; loading runs on a thread
     runtime.wait_ready(60)             # what requests do before they go out
-    runtime.list_resources()           # over the bus, through the broker's front door
+    runtime.list_resources()           # a call to the broker's front door (no bus)
     runtime.close()
 
-One ingress participant (the `FRONT_DOOR_CLIENT` role) asks for every
-principal; the broker trusts exactly its source-id for reads. Each principal
-gets its own `FrontDoorClient` on first use (`client_for`), which also tells
-the kernel to announce capsule-set changes to that principal and to prewarm
-its sandboxes. `config.principal` is the default principal (stdio, the CLI);
+Each principal gets its own `BrokerClient` on first use (`client_for`): the
+broker's front doors as calls, bound to `verified(principal)` (so the
+confused-deputy property holds by construction), which also tells the
+kernel to announce capsule-set changes to that principal and to prewarm its
+sandboxes. One ingress participant (the `FRONT_DOOR_CLIENT` role) hears the
+capsule-set events, and is the trusted ingress of the bus front doors that
+stay for whoever must ask over the bus. `config.principal` is the default principal (stdio, the CLI);
 a multi-user transport passes each request's own. Nothing here speaks MCP.
 """
 
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from astrid.host.broker import Broker, FrontDoorClient
+from astrid.host.broker import Broker
+from astrid.host.broker.direct import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
 from astrid.host.bus.nats import NatsBus
 from astrid.host.contract.frontdoor import ReadResourceReply
@@ -172,7 +175,7 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
 
 
 class Runtime:
-    """Kernel + broker + front-door client for one principal (implements the server's Backend)."""
+    """Kernel + broker + a broker client per principal (implements the server's Backend)."""
 
     def __init__(self, config: RuntimeConfig, kernel_factory: KernelFactory | None = None) -> None:
         self.config = config
@@ -181,9 +184,9 @@ class Runtime:
         self._kernel_factory = kernel_factory or _real_kernel
         self.kernel: CapsuleKernel | None = None
         self.broker: Broker | None = None
-        self.client: FrontDoorClient | None = None  # the default principal's
+        self.client: BrokerClient | None = None  # the default principal's
         self._ingress: Participant | None = None
-        self._clients: dict[str, FrontDoorClient] = {}
+        self._clients: dict[str, BrokerClient] = {}
         self._clients_lock = threading.Lock()
         self.status = Status()
         self._ready = threading.Event()
@@ -382,8 +385,8 @@ class Runtime:
 
     # -- the backend -------------------------------------------------------------------
 
-    def client_for(self, principal: str) -> FrontDoorClient:
-        """The front doors as `verified(principal)`; made on first use, then kept."""
+    def client_for(self, principal: str) -> BrokerClient:
+        """The front doors as calls for `verified(principal)`; made on first use, then kept."""
         self.wait_ready(600)
         with self._clients_lock:
             client = self._clients.get(principal)
@@ -391,12 +394,17 @@ class Runtime:
                 client = self._new_client(principal)
             return client
 
-    def _new_client(self, principal: str) -> FrontDoorClient:
-        kernel, ingress = self.kernel, self._ingress
-        assert kernel is not None and ingress is not None  # started
-        client = FrontDoorClient(kernel.bus, ingress, kernel.watch_principal(principal), limits=self.limits)
+    def _new_client(self, principal: str) -> BrokerClient:
+        kernel, broker = self.kernel, self.broker
+        assert kernel is not None and broker is not None  # started
+        client = BrokerClient(broker.front_doors, kernel.watch_principal(principal))
         self._clients[principal] = client
         return client
+
+    @property
+    def ingress(self) -> Participant | None:
+        """The trusted ingress of the bus front doors (None until started)."""
+        return self._ingress
 
     def changes(self) -> Subscription:
         """Capsule-set events of every principal served (close it when done)."""
@@ -404,7 +412,7 @@ class Runtime:
         assert self.kernel is not None and self._ingress is not None
         return self.kernel.bus.subscribe(self._ingress, CAPSULES_LOADED_TOPIC)
 
-    def _default_client(self) -> FrontDoorClient:
+    def _default_client(self) -> BrokerClient:
         if self.principal is None:
             raise BackendNotReady("no default principal: this runtime serves only named principals")
         return self.client_for(self.principal)

@@ -16,6 +16,11 @@ requester's principal. The handlers run in the requester's thread (it only
 waits for the answer anyway): two thread switches fewer per request.
 Capsules can never publish on the front doors, so only host participants lend
 their threads.
+
+Each door is also a plain call (`listed`, `read`, `templates`, `complete`)
+with typed values: the bus handlers above parse, call it and serialize,
+and `direct.BrokerClient` (what the MCP server holds) calls it with no JSON
+and no bus at all. The gate and the log lines are the same either way.
 """
 
 from __future__ import annotations
@@ -110,22 +115,27 @@ class FrontDoors:
         except (ValueError, ValidationError) as exc:
             log.warning("unanswerable list request from %s: %s", self._who(message), _reason(exc))
             return
-        started = time.perf_counter()
         try:
-            resources = self.broker.listed(message.principal, refresh=request.refresh)
+            resources = self.listed(message.principal, refresh=request.refresh)
         except Exception as exc:
-            failed = ReadOutcome.fail(FailureCode.INTERNAL, _broker_failed("list resources", exc, message.principal))
+            failed = ReadOutcome.fail(FailureCode.INTERNAL, broker_failed("list resources", exc, message.principal))
             reply = ListResourcesReply(req_id=request.req_id, error=failed.error).to_json()
             self._publish_reply(request.req_id, reply, message.principal)
             return
         payload = self._list_payload(request.req_id, resources, message.principal)
         self._publish_reply(request.req_id, payload, message.principal)
+
+    def listed(self, principal: Principal, *, refresh: bool = False) -> tuple[ResourceDefinition, ...]:
+        """The list front door as a call: `principal`'s snapshot (raises when the broker fails)."""
+        started = time.perf_counter()
+        resources = self.broker.listed(principal, refresh=refresh)
         log.info(
             "resources.list for %s: %d resources in %.1f ms",
-            message.principal,
+            principal,
             len(resources),
             (time.perf_counter() - started) * 1000,
         )
+        return resources
 
     def _list_payload(self, req_id: str, resources: tuple[ResourceDefinition, ...], principal: Principal) -> str:
         """The list reply. A warm list repeats the snapshot's very tuple, so
@@ -162,24 +172,30 @@ class FrontDoors:
             self._reply_read(req_id, raw_uri, invalid, message.principal)
             return
 
-        principal = message.principal
+        trusted = self.is_trusted(message.source_id)
+        outcome = self.read(message.principal, request.uri, trusted=trusted, asker=self._who(message))
+        self._reply_read(req_id, request.uri, outcome, message.principal)
+
+    def read(self, principal: Principal, uri: str, *, trusted: bool, asker: str = "a caller") -> ReadOutcome:
+        """The read front door as a call, behind the confused-deputy gate (`trusted`: a trusted ingress asks;
+        `asker` names it in the log)."""
         started = time.perf_counter()
-        denied = self._gate(message, "read", request.uri)
+        denied = self._gate(trusted, principal, "read", uri, asker)
         if denied is not None:
             outcome = ReadOutcome(error=denied)
         else:
             try:
-                outcome = self.broker.read_resource(principal, request.uri)
+                outcome = self.broker.read_resource(principal, uri)
             except Exception as exc:
-                outcome = ReadOutcome.fail(FailureCode.INTERNAL, _broker_failed("read the resource", exc, principal))
-        self._reply_read(req_id, request.uri, outcome, principal)
+                outcome = ReadOutcome.fail(FailureCode.INTERNAL, broker_failed("read the resource", exc, principal))
         log.info(
             "resource.read %s for %s: %s in %.1f ms",
-            request.uri,
+            uri,
             principal,
             outcome.error.code.value if outcome.error else f"{len(outcome.contents)} chunks",
             (time.perf_counter() - started) * 1000,
         )
+        return outcome
 
     def _reply_read(self, req_id: str, uri: str, outcome: ReadOutcome, principal: Principal) -> None:
         reply = ReadResourceReply(
@@ -197,15 +213,17 @@ class FrontDoors:
             too_big = ReadResourceReply(req_id=req_id, uri=uri, error=failed.error).to_json()
             self._publish_reply(req_id, too_big, principal)
 
-    def _gate(self, message: Message, what: str, subject: str) -> FrontDoorFailure | None:
+    def _gate(
+        self, trusted: bool, principal: Principal, what: str, subject: str, asker: str
+    ) -> FrontDoorFailure | None:
         """The confused-deputy gate: a trusted ingress and a verified principal, else why not.
 
-        `what` is the kind of request ("read"), `subject` what it names (for the log)."""
-        if not self.is_trusted(message.source_id):
-            log.warning("%s of %s from %s denied: not a trusted ingress", what, subject, self._who(message))
+        `what` is the kind of request ("read"), `subject` what it names, `asker` who asks (for the log)."""
+        if not trusted:
+            log.warning("%s of %s from %s denied: not a trusted ingress", what, subject, asker)
             return FrontDoorFailure(code=FailureCode.DENIED, message=f"{what}s are served only to a trusted ingress")
-        if not message.principal.is_verified:
-            log.warning("%s of %s for %s denied: no verified principal", what, subject, message.principal)
+        if not principal.is_verified:
+            log.warning("%s of %s for %s denied: no verified principal", what, subject, principal)
             return FrontDoorFailure(
                 code=FailureCode.DENIED, message=f"{what}s are served only for a verified principal"
             )
@@ -219,11 +237,9 @@ class FrontDoors:
         except (ValueError, ValidationError) as exc:
             log.warning("unanswerable templates request from %s: %s", self._who(message), _reason(exc))
             return
-        started = time.perf_counter()
         try:
-            templates = self.broker.templates(message.principal, refresh=request.refresh)
+            templates = self.templates(message.principal, refresh=request.refresh)
         except Exception:
-            log.exception("resources.templates for %s failed", message.principal)
             failed = FrontDoorFailure(
                 code=FailureCode.INTERNAL, message="the broker failed to list templates; see its log"
             )
@@ -237,12 +253,22 @@ class FrontDoors:
             "resources.templates",
         )
         self._publish_reply(request.req_id, payload, message.principal)
+
+    def templates(self, principal: Principal, *, refresh: bool = False) -> tuple[ResourceTemplate, ...]:
+        """The templates front door as a call (raises, logged, when the broker fails)."""
+        started = time.perf_counter()
+        try:
+            templates = self.broker.templates(principal, refresh=refresh)
+        except Exception:
+            log.exception("resources.templates for %s failed", principal)
+            raise
         log.info(
             "resources.templates for %s: %d templates in %.1f ms",
-            message.principal,
+            principal,
             len(templates),
             (time.perf_counter() - started) * 1000,
         )
+        return templates
 
     # -- completion ---------------------------------------------------------------------
 
@@ -259,30 +285,48 @@ class FrontDoors:
             invalid = CompletionOutcome.fail(FailureCode.INVALID_REQUEST, _reason(exc))
             self._reply_complete(req_id, invalid, principal)
             return
+        context = {argument.name: argument.value for argument in request.context_arguments}
+        outcome = self.complete(
+            principal,
+            request.uri_template,
+            request.argument_name,
+            request.argument_value,
+            context,
+            trusted=self.is_trusted(message.source_id),
+            asker=self._who(message),
+        )
+        self._reply_complete(req_id, outcome, principal)
+
+    def complete(
+        self,
+        principal: Principal,
+        uri_template: str,
+        argument_name: str,
+        argument_value: str,
+        context: dict[str, str],
+        *,
+        trusted: bool,
+        asker: str = "a caller",
+    ) -> CompletionOutcome:
+        """The completion front door as a call, behind the same gate as a read."""
         started = time.perf_counter()
-        denied = self._gate(message, "completion", request.uri_template)
+        denied = self._gate(trusted, principal, "completion", uri_template, asker)
         if denied is not None:
             outcome = CompletionOutcome(error=denied)
         else:
             try:
-                outcome = self.broker.complete(
-                    principal,
-                    request.uri_template,
-                    request.argument_name,
-                    request.argument_value,
-                    {argument.name: argument.value for argument in request.context_arguments},
-                )
+                outcome = self.broker.complete(principal, uri_template, argument_name, argument_value, context)
             except Exception:
-                log.exception("completion.complete %s for %s failed", request.uri_template, principal)
+                log.exception("completion.complete %s for %s failed", uri_template, principal)
                 outcome = CompletionOutcome.fail(FailureCode.INTERNAL, "the broker failed to complete; see its log")
-        self._reply_complete(req_id, outcome, principal)
         log.info(
             "completion.complete %s for %s: %s in %.1f ms",
-            request.uri_template,
+            uri_template,
             principal,
             outcome.error.code.value if outcome.error else f"{len(outcome.values)} values",
             (time.perf_counter() - started) * 1000,
         )
+        return outcome
 
     def _reply_complete(self, req_id: str, outcome: CompletionOutcome, principal: Principal) -> None:
         if outcome.error is not None:
@@ -332,7 +376,7 @@ class FrontDoors:
             log.error("cannot publish the reply for %s: %s", req_id, exc)
 
 
-def _broker_failed(what: str, exc: Exception, principal: Principal) -> str:
+def broker_failed(what: str, exc: Exception, principal: Principal) -> str:
     """The failure text for a request the broker could not carry out. A refused bus
     (e.g. a NATS server that is down) is said as it is, without a traceback."""
     if isinstance(exc, BusError):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astrid.host.broker.client import FrontDoorClient
+from astrid.host.broker.direct import BrokerClient
 from astrid.host.bus import Principal
 from astrid.host.kernel.kernel import Kernel
 from astrid.host.limits import Limits
@@ -30,16 +31,18 @@ class InProcessServer:
     def broker(self):
         return self.runtime.broker
 
-    def _client(self) -> FrontDoorClient:
+    def _client(self) -> BrokerClient:
         client = self.runtime.client
         assert client is not None, "the runtime has not started"
         return client
 
     def as_(self, name: str, kind: str = "verified") -> FrontDoorClient:
-        """A front-door client for another principal, through the trusted MCP ingress."""
-        client = self._client()
+        """A bus front-door client for another principal, through the trusted ingress (so a
+        `claimed` principal can be tried: the gate, not the client, must refuse it)."""
+        ingress = self.runtime.ingress
+        assert ingress is not None, "the runtime has not started"
         principal = Principal.verified(name) if kind == "verified" else Principal.claimed(name)
-        return FrontDoorClient(client.bus, client.participant, principal, limits=self.runtime.limits)
+        return FrontDoorClient(self.kernel.bus, ingress, principal, limits=self.runtime.limits)
 
     def uris(self, name: str | None = None) -> list[str]:
         client = self._client() if name is None else self.as_(name)

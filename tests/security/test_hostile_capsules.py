@@ -58,11 +58,11 @@ def test_the_principal_rides_the_envelope_never_the_body(serve, bundled, hostile
     assert json.loads(served.text("astrid://body/body", "bob"))["caller"] == "bob"
 
     # A front-door request that smuggles a principal in its body changes nothing.
-    client = served.runtime.client
+    bus, ingress = served.kernel.bus, served.runtime.ingress  # the bus front door, as its trusted ingress
     req_id = uuid.uuid4().hex
     smuggled = json.dumps({"req_id": req_id, "uri": "astrid://body/body", "principal": "bob", "as": "bob"})
-    with client.bus.subscribe(client.participant, reply_topic(req_id), principal_scope=ALICE) as replies:
-        client.bus.publish(client.participant, FRONT_DOOR_READ, smuggled, ALICE)
+    with bus.subscribe(ingress, reply_topic(req_id), principal_scope=ALICE) as replies:
+        bus.publish(ingress, FRONT_DOOR_READ, smuggled, ALICE)
         message = replies.recv(10)
     assert message is not None and message.principal == ALICE
     reply = ReadResourceReply.model_validate_json(message.payload)

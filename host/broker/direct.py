@@ -1,0 +1,75 @@
+"""The front doors as calls: what the MCP server holds for one verified principal.
+
+    client = BrokerClient(broker.front_doors, Principal.verified("alice"))
+    client.list_resources()                  # the same doors the bus front doors use,
+    client.read_resource("astrid://whoami")  # typed values in and out: no JSON, no bus
+
+A client is bound to one principal when it is made, and a principal that is
+not verified is refused then: there is no argument through which a caller
+could name someone else, so the confused-deputy property holds by
+construction, not by a gate on a topic. Only the composition root makes
+them (`Runtime.client_for`), for the principal a session authenticated; it
+is the trusted ingress, so reads and completions pass the gate.
+
+The replies are the same models `FrontDoorClient` returns over the bus, made
+with `model_construct`: what the broker returns was checked where it entered
+(a capsule's reply, at the broker), and is not validated again here.
+"""
+
+from __future__ import annotations
+
+from astrid.host.broker.frontdoor import FrontDoors, broker_failed
+from astrid.host.broker.read_cache import max_age_of
+from astrid.host.bus import Principal
+from astrid.host.contract.frontdoor import CompletionReply, ReadResourceReply
+from astrid.host.contract.resource import ResourceDefinition
+from astrid.host.contract.template import ResourceTemplate
+from astrid.host.errors import BrokerUnavailable
+
+
+class BrokerClient:
+    def __init__(self, doors: FrontDoors, principal: Principal) -> None:
+        if not principal.is_verified:
+            raise ValueError(f"a broker client acts for a verified principal only, not {principal}")
+        self._doors = doors
+        self.principal = principal
+
+    def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
+        try:
+            return list(self._doors.listed(self.principal, refresh=refresh))
+        except Exception as exc:
+            raise BrokerUnavailable(broker_failed("list resources", exc, self.principal)) from None
+
+    def read_resource(self, uri: str) -> ReadResourceReply:
+        outcome = self._doors.read(self.principal, uri, trusted=True, asker="the MCP server")
+        return ReadResourceReply.model_construct(
+            req_id="",
+            uri=uri,
+            contents=list(outcome.contents),
+            error=outcome.error,
+            max_age_s=max_age_of(outcome),
+        )
+
+    def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
+        try:
+            return list(self._doors.templates(self.principal, refresh=refresh))
+        except Exception:
+            raise BrokerUnavailable("the broker failed to list templates; see its log") from None
+
+    def complete(
+        self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
+    ) -> CompletionReply:
+        outcome = self._doors.complete(
+            self.principal,
+            uri_template,
+            argument_name,
+            argument_value,
+            dict(context or {}),
+            trusted=True,
+            asker="the MCP server",
+        )
+        if outcome.error is not None:
+            return CompletionReply.model_construct(req_id="", error=outcome.error)
+        return CompletionReply.model_construct(
+            req_id="", values=list(outcome.values), total=outcome.total, has_more=outcome.has_more, error=None
+        )
