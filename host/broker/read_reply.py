@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from astrid.host.bus import Message
 from astrid.host.contract._base import strip_bad_meta
 from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
 from astrid.host.contract.resource import BlobChunk, ReadResponse, TextChunk
@@ -35,9 +36,11 @@ class ReadOutcome:
         return ReadOutcome(error=failure, source_id=source_id)
 
 
-def check_read_reply(payload: str, uri: str, source_id: str, limits: Limits) -> ReadOutcome:
+def check_read_reply(payload: str | Message, uri: str, source_id: str, limits: Limits) -> ReadOutcome:
+    """One capsule's read reply (its text, or the message, whose JSON the bus may have parsed
+    already), checked once, here, where it enters: from here on it is a typed, trusted value."""
     try:
-        data = json.loads(payload)
+        data = payload.parsed() if isinstance(payload, Message) else json.loads(payload)
     except (ValueError, RecursionError):
         return ReadOutcome.fail(FailureCode.CAPSULE_ERROR, f"the capsule's reply for {uri} is not JSON", source_id)
     # Count chunks before validating them: a reply of a million chunks must not

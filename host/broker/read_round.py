@@ -135,7 +135,7 @@ def resolve(
     """The outcome of a drained read, by the routing rules above (`names` names the capsules)."""
     replies = drained.replies
     if preferred is not None and preferred in replies:
-        return check_read_reply(replies[preferred].payload, uri, preferred, limits), ReadStatus.ANSWERED
+        return check_read_reply(replies[preferred], uri, preferred, limits), ReadStatus.ANSWERED
     if preferred is not None and replies:
         log.warning(
             "read of %s for %s: the %s owner %s did not answer; replies of %s refused",
@@ -167,7 +167,7 @@ def resolve(
             )
         if not drained.finished:
             log.warning("read of %s for %s: the window ended before every capsule finished", uri, principal)
-        return check_read_reply(replies[source].payload, uri, source, limits), ReadStatus.ANSWERED
+        return check_read_reply(replies[source], uri, source, limits), ReadStatus.ANSWERED
     if drained.finished:
         return ReadOutcome.fail(FailureCode.NOT_FOUND, f"no capsule serves {uri}"), ReadStatus.NO_REPLY
     timeout = ReadOutcome.fail(FailureCode.TIMEOUT, f"no capsule answered the read of {uri} within {window_s:g} s")

@@ -19,8 +19,9 @@ same interface.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, Protocol
 
@@ -71,9 +72,17 @@ class Principal:
 SYSTEM = Principal("system")
 
 
+_UNPARSED = object()
+
+
 @dataclass(frozen=True)
 class Message:
-    """One message as delivered: every field but `payload` is host-stamped."""
+    """One message as delivered: every field but `payload` is host-stamped.
+
+    `parsed()` is the payload as JSON. A bus that checks a payload is JSON at
+    publish keeps what it parsed, so a receiver that needs the value (the
+    broker, checking a capsule's reply) does not parse the text again. The
+    value is shared by every receiver: read it, never change it."""
 
     topic: str
     payload: str
@@ -81,6 +90,13 @@ class Message:
     principal: Principal
     timestamp: str
     seq: int
+    data: object = field(default=_UNPARSED, compare=False, repr=False)
+
+    def parsed(self) -> object:
+        """The payload as a JSON value (raises ValueError when it is not JSON)."""
+        if self.data is not _UNPARSED:
+            return self.data
+        return json.loads(self.payload)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NoReturn
 
 from astrid.host.bus.base import Binding, IpcErrorCode, Message, Participant, Principal
 from astrid.host.bus.topics import pattern_matches, topic_problem
@@ -175,8 +176,8 @@ class InMemoryBus:
 
     def publish(self, sender: Participant, topic: str, payload: str, principal: Principal) -> InMemoryDelivery:
         """Stamp and deliver a message; raises BusError when refused."""
-        self._check_publish(sender, topic, payload)
-        message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq))
+        data = self._check_publish(sender, topic, payload)
+        message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq), data)
         return self._deliver(message)
 
     def _deliver(self, message: Message) -> InMemoryDelivery:
@@ -197,7 +198,8 @@ class InMemoryBus:
             self.dispatcher.dispatch(runs, delivery)
         return delivery
 
-    def _check_publish(self, sender: Participant, topic: str, payload: str) -> None:
+    def _check_publish(self, sender: Participant, topic: str, payload: str) -> object:
+        """Refuse what the contract forbids; the payload's JSON value when it passes."""
         problem = topic_problem(topic)
         if problem:
             self._refuse(IpcErrorCode.INVALID_INPUT, f"invalid topic {topic!r}: {problem}")
@@ -214,11 +216,11 @@ class InMemoryBus:
                 IpcErrorCode.INVALID_INPUT, f"payload of {size} bytes exceeds the {self.max_payload_bytes}-byte cap"
             )
         try:
-            json.loads(payload)
+            return json.loads(payload)
         except (ValueError, RecursionError):
             self._refuse(IpcErrorCode.INVALID_INPUT, "payload is not JSON")
 
-    def _refuse(self, code: IpcErrorCode, message: str) -> None:
+    def _refuse(self, code: IpcErrorCode, message: str) -> NoReturn:
         with self._lock:
             self.stats.refused += 1
             self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
