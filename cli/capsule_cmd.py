@@ -120,6 +120,7 @@ class _Progress:
         "requirements": "installing requirements.txt with pip",
         "componentize": "building with componentize-py",
         "compile": "compiling for wasmtime",
+        "check": "checking Capsule.toml against the component",
     }
 
     def __init__(self, name: str) -> None:
@@ -160,14 +161,20 @@ class _Progress:
     default=None,
     help="Write the component here instead of the manifest's [[component]] file.",
 )
-@click.option("--no-precompile", is_flag=True, help="Skip compiling the component into the host's compile cache.")
+@click.option(
+    "--no-precompile",
+    is_flag=True,
+    help="Kept for scripts: the manifest check runs the component, so the build compiles it into the "
+    "compile cache anyway.",
+)
 def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     """Build the capsule at PATH (or every capsule folder inside PATH) into a WebAssembly component.
 
     The entry module is app.py; it must define WitWorld (WitWorld = capsule.world()).
     The build sees the standard library, the guest SDK, the capsule folder and the
     pure-Python packages pinned (name==version) in a requirements.txt beside app.py.
-    Capsule.toml is checked against what app.py serves: a mismatch names the lines to
+    Capsule.toml is checked against what the built component serves (asked of it in the
+    sandbox: nothing of the capsule runs on this Python): a mismatch names the lines to
     add or remove. Unchanged capsules come from the build cache (ASTRID_BUILD_CACHE_DIR).
     """
     from astrid.host.build.builder import BuildError, build_capsule
@@ -192,31 +199,23 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
 
 
-def _code_mismatch(folder: Path, manifest) -> list[str]:
-    """Warning lines when Capsule.toml does not match what app.py serves (as the build would refuse it).
+def _code_mismatch(folder: Path, manifest, cache) -> list[str]:
+    """Warning lines when Capsule.toml does not match what the built component serves (the build would refuse it).
 
-    Only for a local capsule whose app.py is here (an installed, signed one is
-    not run on the host), and only when its pinned packages are already
-    installed in the build cache: nothing is installed or downloaded here.
+    Only for a local capsule built from an app.py here (an installed, signed
+    one was checked when it was built). The component is asked in the
+    sandbox, as the build asks it: nothing of it runs on this Python.
     """
-    from astrid.host.build.builder import ENTRY_MODULE, default_build_cache_dir
-    from astrid.host.build.code_check import check_manifest, read_code
-    from astrid.host.build.requirements import cached_site, read_requirements
-    from astrid.host.errors import BuildError
+    from astrid.host.build.builder import ENTRY_MODULE
+    from astrid.host.build.code_check import check_manifest, read_built
     from astrid.host.kernel.provenance import IDENTITY_FILE
 
     if not (folder / f"{ENTRY_MODULE}.py").is_file() or (folder / IDENTITY_FILE).exists():
         return []
-    try:
-        requirements = read_requirements(folder)
-    except BuildError:
-        return []
-    site = None
-    if requirements is not None:
-        site = cached_site(requirements, default_build_cache_dir())
-        if site is None:
-            return []
-    reading = read_code(folder, site.site_packages if site is not None else None)
+    reading = read_built(folder, cache=cache)
+    if reading.status == "failed":
+        why = f"asking the built component what it declares failed: {reading.detail}"
+        return [f"  warning: {MANIFEST_NAME} was not checked against {ENTRY_MODULE}.py ({why})"]
     if reading.facts is None:
         return []
     try:
@@ -298,12 +297,14 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             continue
         header = f"{manifest.name} {manifest.package.version}  ({folder})"
         identity = None
+        loads = False
         try:
             loaded = load_capsule(folder, cache, vet)
         except CapsuleLoadError as exc:
             failures += 1
             click.echo(f"{header}\n  status: does not load: {exc}")
         else:
+            loads = True
             identity = loaded.grant_identity
             provenance = loaded.provenance
             click.echo(f"{header}\n  status: loads\n  source-id: {loaded.source_id}")
@@ -326,8 +327,8 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
         stale = stale_component(folder, manifest)
         if stale is not None:
             click.echo(f"  warning: {stale}")
-        if verbose:
-            for line in _code_mismatch(folder, manifest):
+        if verbose and loads:
+            for line in _code_mismatch(folder, manifest, cache):
                 click.echo(line)
     if failures:
         sys.exit(1)

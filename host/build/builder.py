@@ -2,9 +2,9 @@
 
     validate Capsule.toml -> compile every .py (syntax errors as file:line)
     -> install requirements.txt (pinned, pure Python) into an isolated site
-    -> content hash -> build cache hit? copy : (check Capsule.toml against
-       app.py -> componentize-py) -> write the manifest's [[component]] file
-       (or OUT) -> precompile
+    -> content hash -> componentize-py (unless the build cache holds it)
+    -> compile it and check Capsule.toml against what it declares (asked in
+       the sandbox) -> write the manifest's [[component]] file (or OUT)
 
 The entry module of a Python capsule is `app` (the file `app.py` at the top
 of the capsule folder); it must define `WitWorld` (`WitWorld = capsule.world()`
@@ -18,9 +18,12 @@ an isolated folder of the build cache, see `requirements.py`), never the
 host's site-packages (componentize-py gets that folder as VIRTUAL_ENV, so it
 never asks a `python3` on PATH for its site-packages).
 
-Before componentize-py runs, Capsule.toml is checked against what the SDK
-serves for app.py (`code_check.py`); a mismatch fails the build with the
-lines to add or remove.
+Nothing of the capsule's code runs on the host's Python: componentize-py
+runs app.py inside its own WebAssembly runtime, and Capsule.toml is then
+checked against what the BUILT component declares, asked of it in the
+kernel's sandbox (`code_check.py`), on every build, from the build cache or
+not; a mismatch fails the build with the lines to add or remove, and nothing
+is written.
 
 Builds are cached by content hash: sha256 over the capsule's files, the SDK's
 files, the WIT files, the installed packages, the componentize-py version and
@@ -31,7 +34,6 @@ user cache dir + `builds`), so rebuilding an unchanged capsule is a file copy.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -50,7 +52,7 @@ from typing import TypeVar
 import platformdirs
 
 from astrid.capsules import SDK_DIR
-from astrid.host.build.code_check import check_manifest, mismatch_message, read_code
+from astrid.host.build.code_check import check_manifest, mismatch_message, read_built
 from astrid.host.build.requirements import (
     REQUIREMENTS_FILE,
     Site,
@@ -191,8 +193,11 @@ def build_capsule(
 
     `progress(phase, elapsed_seconds)` is called with elapsed 0.0 when a slow
     phase starts ("requirements": pip installs requirements.txt;
-    "componentize": componentize-py runs; "compile": wasmtime precompiles
-    into the compile cache), then about four times a second.
+    "componentize": componentize-py runs; "compile": wasmtime compiles it
+    into the compile cache; "check": Capsule.toml is checked against the
+    component, after a fresh build), then about four times a second. The
+    manifest check runs the component, so it is compiled into the compile
+    cache even with `precompile=False`.
     """
     started = time.perf_counter()
     folder = Path(folder)
@@ -217,12 +222,12 @@ def build_capsule(
     digest = content_hash(folder, exclude=(target,), site=site.tree_sha256 if site is not None else None)
     cached_wasm = cache / f"{digest}.wasm"
     cached = cached_wasm.is_file()
-    if cached:
-        warnings = _stored_warnings(cache, digest)
-    else:
-        warnings = _check_code(folder, manifest, site)
-        _componentize(folder, manifest, cache, cached_wasm, progress, site)
-        _store_warnings(cache, digest, warnings)
+    if not cached:
+        _componentize(folder, manifest, cache, cached_wasm, progress, site, exclude=(target,))
+    # The check runs the component: compiled first (a compile-cache hit when it was before). It runs on
+    # every build, from the build cache or not (Capsule.toml may have changed), and nothing of it is kept.
+    _precompile(cached_wasm, progress, shown=target)
+    warnings = _check_code(folder, manifest, cached_wasm, progress if not cached else None)
     _install(cached_wasm, target)
     if out is None:
         _freshen(folder, target)
@@ -241,16 +246,16 @@ def build_capsule(
     )
 
 
-def _check_code(folder: Path, manifest: Manifest, site: Site | None) -> list[str]:
-    """Capsule.toml against what the SDK serves for app.py: BuildError on a mismatch, else the warnings.
+def _check_code(folder: Path, manifest: Manifest, built: Path, progress: Progress | None) -> list[str]:
+    """Capsule.toml against what the built component declares: BuildError on a mismatch, else the warnings.
 
-    When app.py does not import on the host's Python (a guest-only module, a
-    3.14 feature), the check is skipped with a warning: componentize-py has
-    the last word on the code.
+    The component is asked in the kernel's sandbox (`read_built`). One that
+    fails to answer is not checked (with a warning); one written without the
+    SDK has nothing to check.
     """
-    reading = read_code(folder, site.site_packages if site is not None else None)
+    reading = _with_ticks("check", lambda: read_built(folder, built), progress)
     if reading.status == "failed":
-        why = f"importing it on this Python failed: {reading.detail}"
+        why = f"asking the built component what it declares failed: {reading.detail}"
         return [f"{MANIFEST_NAME} was not checked against {ENTRY_MODULE}.py ({why})"]
     if reading.facts is None:
         return []
@@ -262,29 +267,6 @@ def _check_code(folder: Path, manifest: Manifest, site: Site | None) -> list[str
     if result.errors:
         raise BuildError(mismatch_message(folder, result.errors))
     return result.warnings
-
-
-def _warnings_file(cache: Path, digest: str) -> Path:
-    return cache / f"{digest}.warnings.json"
-
-
-def _stored_warnings(cache: Path, digest: str) -> list[str]:
-    try:
-        stored = json.loads(_warnings_file(cache, digest).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [str(w) for w in stored] if isinstance(stored, list) else []
-
-
-def _store_warnings(cache: Path, digest: str, warnings: list[str]) -> None:
-    path = _warnings_file(cache, digest)
-    if not warnings:
-        path.unlink(missing_ok=True)
-        return
-    try:
-        path.write_text(json.dumps(warnings), encoding="utf-8")
-    except OSError:
-        pass  # only the next cached rebuild loses them
 
 
 def _freshen(folder: Path, target: Path) -> None:
@@ -314,7 +296,8 @@ def _same_bytes(a: Path, b: Path) -> bool:
     return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
 
 
-def _precompile(target: Path, progress: Progress | None) -> Path | None:
+def _precompile(target: Path, progress: Progress | None, shown: Path | None = None) -> Path | None:
+    """Compile `target` into the compile cache (a hit when it is there); `shown` names it in an error."""
     from astrid.host.kernel.compile_cache import CompileCache
 
     cache = CompileCache()
@@ -323,7 +306,8 @@ def _precompile(target: Path, progress: Progress | None) -> Path | None:
             return cache.precompile(target)
         return _with_ticks("compile", lambda: cache.precompile(target), progress)
     except Exception as exc:
-        raise BuildError(f"{_show(target)}: built, but wasmtime cannot compile it: {_last_line(str(exc))}") from None
+        where = _show(shown if shown is not None else target)
+        raise BuildError(f"{where}: built, but wasmtime cannot compile it: {_last_line(str(exc))}") from None
 
 
 def _componentize(
@@ -333,6 +317,7 @@ def _componentize(
     cached_wasm: Path,
     progress: Progress | None,
     site: Site | None = None,
+    exclude: tuple[Path, ...] = (),
 ) -> None:
     from astrid.host.toolpaths import componentize_py
 
@@ -343,34 +328,58 @@ def _componentize(
         raise BuildError(
             f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
         ) from None
-    wasm = scratch / f"{manifest.name}.wasm"
-    if site is not None:
-        site_root = site.root
-    else:  # nothing pinned: an empty site, so componentize-py looks nowhere else
-        site_root = scratch / "site"
-        site_packages_of(site_root).mkdir(parents=True)
-    command = [
-        componentize_py(),
-        "-d", str(WIT_DIR),
-        "-w", CAPSULE_WORLD,
-        "componentize",
-        *COMPONENTIZE_FLAGS,
-        "-p", str(folder.resolve()),
-        "-p", str(SDK_DIR.resolve()),
-        ENTRY_MODULE,
-        "-o", str(wasm),
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in _HOST_PYTHON_ENV}
-    # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's path; without it, it would ask
-    # pipenv or the `python3` on PATH for theirs. The isolated site is the only one it may see.
-    env.update({"RUST_BACKTRACE": "0", "PYTHONDONTWRITEBYTECODE": "1", "VIRTUAL_ENV": str(site_root.resolve())})
     try:
+        wasm = scratch / f"{manifest.name}.wasm"
+        guest, sdk, site_root = _stage(folder, exclude, site, scratch)
+        command = [
+            componentize_py(),
+            "-d", str(WIT_DIR),
+            "-w", CAPSULE_WORLD,
+            "componentize",
+            *COMPONENTIZE_FLAGS,
+            "-p", str(guest),
+            "-p", str(sdk),
+            ENTRY_MODULE,
+            "-o", str(wasm),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in _HOST_PYTHON_ENV}
+        # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's path; without it, it would ask
+        # pipenv or the `python3` on PATH for theirs. The isolated site is the only one it may see.
+        env.update({"RUST_BACKTRACE": "0", "PYTHONDONTWRITEBYTECODE": "1", "VIRTUAL_ENV": str(site_root)})
         output = _run(command, env, scratch, progress)
         if output[0] != 0 or not wasm.is_file():
             raise BuildError(_explain_failure(output[1], folder, site))
         os.replace(wasm, cached_wasm)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stage(folder: Path, exclude: tuple[Path, ...], site: Site | None, scratch: Path) -> tuple[Path, Path, Path]:
+    """Private copies of what the guest sees while componentize-py builds it: (capsule, SDK, site root).
+
+    componentize-py runs app.py's top level inside WebAssembly, but with its
+    module folders mounted writable (`/0`, `/1`, `/2`): given the folders
+    themselves, a capsule's import-time code could write into its own folder,
+    into the SDK every later build uses, or into a cached site other capsules
+    share (and CPython leaves `__pycache__` in them). So it gets copies of
+    exactly what the content hash covers, deleted with the scratch folder.
+    """
+    guest = scratch / "capsule"
+    for path in source_files(folder, exclude):
+        copy = guest / path.relative_to(folder)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+    sdk = scratch / "sdk"
+    for path in _sdk_files():
+        copy = sdk / path.relative_to(SDK_DIR)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+    site_root = scratch / "site"
+    if site is not None:
+        shutil.copytree(site.root, site_root, symlinks=True)
+    else:  # nothing pinned: an empty site, so componentize-py looks nowhere else
+        site_packages_of(site_root).mkdir(parents=True)
+    return guest, sdk, site_root
 
 
 def _with_ticks(phase: str, function: Callable[[], T], progress: Progress | None) -> T:

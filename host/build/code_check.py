@@ -1,9 +1,10 @@
-"""Capsule.toml against app.py: what the manifest binds must be what the SDK serves for the code.
+"""Capsule.toml against the code: what the manifest binds must be what the SDK serves for the code.
 
-The code is read by importing app.py in a separate, isolated host Python
-(`_code_facts.py`: the standard library, the capsule folder, the guest SDK
-and the capsule's pinned packages, nothing else), with the SDK's
-`Capsule.world()` replaced. Then, both ways:
+The code is never run on the host's Python. What it declares is asked of the
+BUILT component, in the kernel's sandbox (`kernel/oneshot.py`: no WASI, no
+grants, bounded in time and memory, alone on a bus of its own, as the system
+principal): the guest SDK answers the reserved action `astrid.facts` with its
+static declarations (`Capsule.facts()`). Then, both ways:
 
 - resources, families or templates in the code need the describe and read
   topics (`[subscribe]` bound to the SDK's `describe`/`read`, `[publish]` on
@@ -25,13 +26,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from astrid.capsules import SDK_DIR
 from astrid.host.bus.topics import pattern_matches
 from astrid.host.contract.topics import (
     COMPLETE_REPLY_PREFIX,
@@ -43,10 +40,16 @@ from astrid.host.contract.topics import (
     TEMPLATES_REPLY_PREFIX,
     TEMPLATES_TOPIC,
 )
+from astrid.host.errors import CapsuleLoadError
+from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest
+from astrid.host.kernel.oneshot import call_once
+from astrid.host.kernel.sandbox import CallStatus
 
-RUNNER = Path(__file__).resolve().with_name("_code_facts.py")
-CODE_TIMEOUT_S = 60.0
+# The guest SDK's reserved action and the version of its reply (astrid_sdk._capsule; a test checks they agree).
+FACTS_ACTION = "astrid.facts"
+FACTS_VERSION = 1
+MAX_FACTS_CHARS = 4 << 20  # a larger reply is refused unread
 RESOURCE_WIT = "astrid-bus:resource@1.0.0"
 TEMPLATE_WIT = "astrid-bus:resource-template@1.0.0"
 SDK_HANDLERS = ("describe", "read", "templates", "complete")
@@ -124,45 +127,81 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_code(folder: Path, site_packages: Path | None = None, timeout: float = CODE_TIMEOUT_S) -> CodeReading:
-    """Import `folder/app.py` in an isolated host Python and report what the SDK will serve for it."""
-    folder = Path(folder).resolve()
-    with tempfile.TemporaryDirectory(prefix="astrid-code-") as scratch:
-        out = Path(scratch) / "facts.json"
-        command = [sys.executable, "-I", "-S", "-B", str(RUNNER), str(out), str(folder), str(SDK_DIR.resolve())]
-        if site_packages is not None:
-            command.append(str(Path(site_packages).resolve()))
-        try:
-            finished = subprocess.run(
-                command, cwd=scratch, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return CodeReading("failed", detail=f"importing app.py took longer than {timeout:.0f} s")
-        except OSError as exc:
-            return CodeReading("failed", detail=f"cannot start {sys.executable}: {exc.strerror or exc}")
-        try:
-            result = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            tail = finished.stderr.decode("utf-8", "replace").strip().splitlines()
-            why = tail[-1] if tail else f"exit status {finished.returncode}"
-            return CodeReading("failed", detail=f"app.py stopped the Python importing it ({why})")
-    status = result.get("status")
-    if status != "ok":
-        return CodeReading(str(status), detail=str(result.get("error") or result.get("detail") or ""))
-    raw = result.get("facts") or {}
-    templates = tuple(
-        TemplateFacts(t["uri_template"], t["literal_prefix"], tuple(t.get("completes", ())))
-        for t in raw.get("templates", ())
+def read_built(folder: Path, component: Path | None = None, *, cache: CompileCache | None = None) -> CodeReading:
+    """What the SDK serves for the built component of `folder`, asked of it in the sandbox.
+
+    `component` is the built file (default: the manifest's `[[component]]`
+    file). `ok` with the facts; `not-sdk` when the component does not answer
+    the SDK's reserved action as the SDK does (written without the SDK, or
+    built with an SDK older than the action): nothing to check; `failed`
+    otherwise (it does not load, or the call timed out), with why.
+    Nothing of the capsule runs outside WebAssembly.
+    """
+    try:
+        outcome = call_once(Path(folder), FACTS_ACTION, component=component, cache=cache)
+    except CapsuleLoadError as exc:
+        return CodeReading("failed", detail=str(exc))
+    if outcome.status is CallStatus.TRAPPED:
+        # The SDK turns every fault into a result, so a trap is code of its own answering: nothing to check.
+        return CodeReading("not-sdk", detail=f"it traps on {FACTS_ACTION}: {outcome.error}")
+    if not outcome.ok:
+        return CodeReading("failed", detail=outcome.error or outcome.status.value)
+    data = outcome.data if isinstance(outcome.data, str) else ""
+    if outcome.action != "final" or len(data) > MAX_FACTS_CHARS or not _looks_like_facts(data):
+        detail = f"it answers {FACTS_ACTION} with {outcome.action!r}, not what the SDK says"
+        return CodeReading("not-sdk", detail=detail)
+    try:
+        return CodeReading("ok", parse_facts(data))
+    except ValueError as exc:
+        return CodeReading("failed", detail=f"its answer to {FACTS_ACTION} is malformed: {exc}")
+
+
+def _looks_like_facts(data: str) -> bool:
+    """Does `data` claim to be the SDK's facts (a JSON object with this `facts` version)?"""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and value.get("facts") == FACTS_VERSION
+
+
+def parse_facts(data: str) -> CodeFacts:
+    """The SDK's answer to `astrid.facts` (`Capsule.facts()`), checked field by field (ValueError if not)."""
+    raw = json.loads(data)
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+
+    def strings(key: str, value: object = None) -> tuple[str, ...]:
+        items = raw.get(key, []) if value is None else value
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise ValueError(f"{key} is not a list of strings")
+        return tuple(items)
+
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError("name is not a string")
+    templates = []
+    listed = raw.get("templates", [])
+    if not isinstance(listed, list):
+        raise ValueError("templates is not a list")
+    for item in listed:
+        if not isinstance(item, dict):
+            raise ValueError("a template is not a JSON object")
+        uri_template, literal_prefix = item.get("uri_template"), item.get("literal_prefix")
+        if not isinstance(uri_template, str) or not isinstance(literal_prefix, str):
+            raise ValueError("a template lacks its uri_template or literal_prefix")
+        templates.append(TemplateFacts(uri_template, literal_prefix, strings("completes", item.get("completes", []))))
+    sites = raw.get("sites", {})
+    if not isinstance(sites, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sites.items()):
+        raise ValueError("sites is not an object of strings")
+    return CodeFacts(
+        name=name,
+        resources=strings("resources"),
+        families=strings("families"),
+        templates=tuple(templates),
+        handlers=strings("handlers"),
+        sites=dict(sites),
     )
-    facts = CodeFacts(
-        name=raw.get("name"),
-        resources=tuple(raw.get("resources", ())),
-        families=tuple(raw.get("families", ())),
-        templates=templates,
-        handlers=tuple(raw.get("handlers", ())),
-        sites={str(k): str(v) for k, v in (raw.get("sites") or {}).items()},
-    )
-    return CodeReading("ok", facts)
 
 
 # -- the check ----------------------------------------------------------------------------------
@@ -329,6 +368,12 @@ def _check_handlers(manifest: Manifest, facts: CodeFacts, text: str, result: Che
         if handler is None or handler in SDK_HANDLERS or handler in defined:
             continue
         line = _line(text, "subscribe", pattern, _render_entry(pattern, entry.wit, handler))
+        if handler == FACTS_ACTION:
+            result.errors.append(
+                f'[subscribe] binds "{pattern}" to the handler "{handler}", a name the SDK reserves (it tells the '
+                f"host what the code declares). Remove this line from [subscribe]:\n{_block([line])}"
+            )
+            continue
         function = re.sub(r"[^A-Za-z0-9_]", "_", handler)
         function = function if function[:1].isalpha() or function[:1] == "_" else "on_" + function
         result.errors.append(

@@ -303,7 +303,9 @@ def _pip_env() -> dict[str, str]:
 
 
 def _pip(args: list[str], cwd: Path, progress: Progress | None, phase: str | None) -> tuple[int, str]:
-    command = [sys.executable, "-m", "pip", *args]
+    # -P: pip runs in the capsule folder (relative --find-links), which must not come first on the
+    # module path: a `pip.py` there would run instead of pip, natively.
+    command = [sys.executable, "-P", "-m", "pip", *args]
     started = time.perf_counter()
     if progress is not None and phase is not None:
         progress(phase, 0.0)

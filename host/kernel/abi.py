@@ -112,8 +112,9 @@ def error(code: str, detail: str | None = None) -> Variant:
 
 
 class HostAbi:
-    def __init__(self, engine: Any, bus: Bus, grants: GrantStore, kv_path: Path) -> None:
+    def __init__(self, engine: Any, bus: Bus, grants: GrantStore, kv_path: Path, *, quiet: bool = False) -> None:
         self.bus = bus
+        self.quiet = quiet  # the capsules' log lines at debug level only (a tool's one call: `oneshot`)
         self._instances: dict[int, Instance] = {}
         self._subs: dict[int, tuple[Instance, Subscription]] = {}
         self._reps = itertools.count(1)
@@ -283,7 +284,7 @@ class HostAbi:
         one note says the rest is dropped). Control characters are escaped.
         """
         try:
-            levelno = LOG_LEVELS.get(level, logging.INFO)
+            levelno = logging.DEBUG if self.quiet else LOG_LEVELS.get(level, logging.INFO)
             if not log.isEnabledFor(levelno):
                 return
             key = store_key(store)

@@ -121,7 +121,9 @@ class CompileCache:
                 source.write(wasm)
             try:
                 result = subprocess.run(
-                    [sys.executable, "-m", "astrid.host.kernel.compile_worker", source.name, str(entry)],
+                    # -P: not the working directory first on the module path (it may be a capsule
+                    # folder with an `astrid/` of its own, which would then run here, natively).
+                    [sys.executable, "-P", "-m", "astrid.host.kernel.compile_worker", source.name, str(entry)],
                     capture_output=True,
                     text=True,
                     check=False,

@@ -74,9 +74,12 @@ def discover_capsules(paths: list[Path]) -> list[Path]:
     return unique
 
 
-def load_capsule(folder: Path, cache: CompileCache, vet: Vet | None = None) -> LoadedCapsule:
+def load_capsule(
+    folder: Path, cache: CompileCache, vet: Vet | None = None, *, component: Path | None = None
+) -> LoadedCapsule:
     """Check, compile (or take from the cache) and describe the capsule in `folder`. `vet` says who it is,
-    before anything of it is compiled; without one every capsule is local and unsigned."""
+    before anything of it is compiled; without one every capsule is local and unsigned. `component`: load
+    that file instead of the manifest's `[[component]]` one (a build's output before it is put in place)."""
     folder = Path(folder).resolve()
     try:
         manifest = load_manifest(folder)
@@ -86,7 +89,7 @@ def load_capsule(folder: Path, cache: CompileCache, vet: Vet | None = None) -> L
         provenance = vet(folder) if vet is not None else LOCAL
     except AstridError as exc:
         raise CapsuleLoadError(f"{manifest.name}: not loaded: {exc}") from None
-    wasm_path = folder / manifest.component_file
+    wasm_path = folder / manifest.component_file if component is None else Path(component).resolve()
     if not wasm_path.is_file():
         raise CapsuleLoadError(
             f"{manifest.name}: component {wasm_path} not found (build it with `astrid capsule build {folder}`)"

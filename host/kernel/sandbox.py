@@ -130,10 +130,17 @@ class PoolFull(Exception):
 
 class SandboxPool:
     def __init__(
-        self, wasm: WasmEngine, abi: HostAbi, limits: Limits, max_instances: int = DEFAULT_MAX_INSTANCES
+        self,
+        wasm: WasmEngine,
+        abi: HostAbi,
+        limits: Limits,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        *,
+        quiet: bool = False,
     ) -> None:
         if max_instances < 1:
             raise ValueError(f"max_instances must be at least 1, not {max_instances}")
+        self.quiet = quiet  # failed calls logged at debug level only (a tool's one call: `oneshot`)
         self.wasm = wasm
         self.abi = abi
         self.limits = limits
@@ -369,7 +376,8 @@ class SandboxPool:
                 strikes.quarantined_until = time.monotonic() + QUARANTINE_S
                 strikes.consecutive_failures = 0
                 health.quarantined_until = max(health.quarantined_until, strikes.quarantined_until)
-        log.warning(
+        log.log(
+            logging.DEBUG if self.quiet else logging.WARNING,
             "capsule %s (%s) failed: %s; instance discarded%s",
             capsule.name,
             instance.principal,

@@ -157,12 +157,19 @@ def test_a_component_older_than_its_code_is_flagged_until_rebuilt(tmp_path: Path
     assert stale_component(folder) is None  # nothing built: nothing to compare
 
 
+@pytest.mark.slow
 def test_list_verbose_warns_when_the_manifest_does_not_match_the_code(tmp_path: Path):
     assert astrid("capsule", "new", "demo", cwd=tmp_path).returncode == 0
     app = tmp_path / "demo" / "app.py"
     app.write_text(app.read_text().replace('"astrid://demo/hello"', '"astrid://hello"'))
+    manifest = tmp_path / "demo" / "Capsule.toml"
+    hint, wider = 'families = ["astrid://demo/"]', 'families = ["astrid://demo/", "astrid://hello"]'
+    manifest.write_text(manifest.read_text().replace(hint, wider))
+    build = astrid("capsule", "build", "demo", "--no-precompile", cwd=tmp_path)
+    assert build.returncode == 0, build.stderr
+    manifest.write_text(manifest.read_text().replace(wider, hint))  # the manifest edited after the build
     quiet = astrid("capsule", "list", "demo", cwd=tmp_path)
-    assert "does not match" not in quiet.stdout  # only with -v: it imports app.py
+    assert "does not match" not in quiet.stdout  # only with -v: it asks the component (in the sandbox)
     listed = astrid("capsule", "list", "-v", "demo", cwd=tmp_path)
     out = listed.stdout
     assert "  warning: Capsule.toml does not match what app.py serves (the build refuses it):" in out, out

@@ -17,6 +17,13 @@ bound in `Capsule.toml`: "describe" for `resource.v1.request.describe`,
 - complete: for one of this capsule's templates, a complete-response on
   `resource.v1.response.complete.<correlation_id>`; for any other, nothing.
 
+One more action is reserved: `astrid.facts` (`FACTS_ACTION`) answers
+`("final", <JSON>)` with what the code declares (`Capsule.facts()`: the
+name, resources, families, templates with their completers, `@capsule.on`
+handlers and where each is declared). It runs no handler, needs no principal
+and is the same for every caller: the host asks it of a built component, in
+the sandbox, to check Capsule.toml (`astrid capsule build`, `capsule list -v`).
+
 The principal comes only from `get-caller()`; anything but a `verified`
 principal fails closed before user code runs. Nothing a handler does (raise,
 return the wrong type, return too much) escapes as a trap: it becomes a read
@@ -39,6 +46,9 @@ READ_HANDLER = "read"
 TEMPLATES_HANDLER = "templates"
 COMPLETE_HANDLER = "complete"
 SDK_HANDLERS = (DESCRIBE_HANDLER, READ_HANDLER, TEMPLATES_HANDLER, COMPLETE_HANDLER)
+# Reserved: the host asks it of a built component (docs/capsules.md, "The manifest check").
+FACTS_ACTION = "astrid.facts"
+FACTS_VERSION = 1
 DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
 READ_REPLY_PREFIX = "resource.v1.response.read."
 TEMPLATES_REPLY_PREFIX = "resource.v1.response.templates."
@@ -552,7 +562,7 @@ class Capsule:
         """
 
         def decorate(function):
-            if handler_name in SDK_HANDLERS:
+            if handler_name in SDK_HANDLERS or handler_name == FACTS_ACTION:
                 raise DefinitionError(
                     "served by the SDK itself (bind another handler name in Capsule.toml)",
                     site=call_site(),
@@ -562,6 +572,42 @@ class Capsule:
             return function
 
         return decorate
+
+    def facts(self) -> dict:
+        """What the code declares, as the JSON object the reserved action `astrid.facts` answers.
+
+        Static declarations only, the same for every principal (no handler,
+        lister or `visible` runs):
+
+            {"facts": 1, "name": "notes",
+             "resources": [uri, ...], "families": [prefix, ...],
+             "templates": [{"uri_template", "literal_prefix", "completes": [variable, ...]}, ...],
+             "handlers": [@capsule.on name, ...],
+             "sites": {uri | prefix | uri_template: "app.py:12", ...}}
+        """
+        sites: dict[str, str] = {}  # what -> where the author declared it, when known
+        declared: list[tuple[str, str | None]] = [(uri, static.site) for uri, static in self._static.items()]
+        declared += [(family.prefix, family.site) for family in self._families]
+        declared += [(template.uri_template, template.site) for template in self._templates]
+        for what, site in declared:
+            if isinstance(site, str) and site:
+                sites[what] = site
+        return {
+            "facts": FACTS_VERSION,
+            "name": self.name,
+            "resources": list(self._static),
+            "families": [family.prefix for family in self._families],
+            "templates": [
+                {
+                    "uri_template": template.uri_template,
+                    "literal_prefix": template.parsed.literal_prefix,
+                    "completes": sorted(template._completers),
+                }
+                for template in self._templates
+            ],
+            "handlers": sorted(self._handlers),
+            "sites": sites,
+        }
 
     def world(self):
         """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""
@@ -601,6 +647,8 @@ class Capsule:
 
     def _dispatch(self, action: str, payload, host) -> tuple[str, str | None]:
         try:
+            if action == FACTS_ACTION:  # static declarations only: before (and without) any principal check
+                return "final", dumps(self.facts())
             if action == DESCRIBE_HANDLER:
                 return self._describe(host)
             if action == READ_HANDLER:

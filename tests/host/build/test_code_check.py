@@ -1,18 +1,19 @@
-"""Capsule.toml against app.py, both ways: a mismatch fails the build with the exact lines to add or remove.
+"""Capsule.toml against the code, both ways: a mismatch fails the build with the exact lines to add or remove.
 
-These builds stop before componentize-py (the check runs first), so they
-take a fraction of a second; the warning test builds for real (slow).
+What the code declares is asked of the built component, in the sandbox
+(`read_built`), so these tests build for real (slow, and cached by content
+hash: only the first run on a machine pays); the check's own logic is also
+tested on hand-made facts (fast).
 """
 
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from astrid.host.build import BuildError, build_capsule
+from astrid.host.build import BuildError, BuildResult, build_capsule
 from astrid.host.build.code_check import (
     COMPLETE,
     DESCRIBE,
@@ -21,7 +22,7 @@ from astrid.host.build.code_check import (
     CodeFacts,
     TemplateFacts,
     check_manifest,
-    read_code,
+    read_built,
 )
 from astrid.host.build.scaffold import scaffold_capsule
 from astrid.host.kernel.manifest import load_manifest, parse_manifest
@@ -66,18 +67,24 @@ def add_lines(folder: Path, subscribe: tuple[str, ...] = (), publish: tuple[str,
 
 
 def mismatch(folder: Path) -> str:
-    started = time.perf_counter()
     with pytest.raises(BuildError) as caught:
         build_capsule(folder, precompile=False)
-    assert time.perf_counter() - started < 30, "the check must fail the build before componentize-py runs"
+    assert not (folder / f"{folder.name}.wasm").exists(), "a build the check refuses writes no component"
     return str(caught.value)
 
 
+def built(folder: Path) -> BuildResult:
+    """`folder` built (from the build cache when unchanged), then checked against its component in the sandbox."""
+    return build_capsule(folder, precompile=False)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["demo", "my_notes", "a-b", "x1"])
 def test_the_scaffold_binds_exactly_what_the_sdk_serves_for_its_code(tmp_path: Path, name: str):
     folder = scaffolded(tmp_path, name)
     manifest = load_manifest(folder)
-    reading = read_code(folder)
+    assert built(folder).warnings == ()
+    reading = read_built(folder)
     assert reading.status == "ok", reading.detail
     facts = reading.facts
     assert facts is not None
@@ -93,6 +100,7 @@ def test_the_scaffold_binds_exactly_what_the_sdk_serves_for_its_code(tmp_path: P
     assert all(uri.startswith(tuple(manifest.resources.families)) for uri in facts.resources)
 
 
+@pytest.mark.slow
 def test_a_uri_outside_the_families_hint_fails_with_the_new_hint_line(tmp_path: Path):
     folder = scaffolded(tmp_path)
     app = folder / "app.py"
@@ -110,11 +118,13 @@ def test_a_uri_outside_the_families_hint_fails_with_the_new_hint_line(tmp_path: 
             'families = ["astrid://demo/"]', 'families = ["astrid://demo/", "astrid://elsewhere/"]'
         )
     )
-    facts = read_code(folder).facts
+    assert built(folder).warnings == ()
+    facts = read_built(folder).facts
     assert facts is not None
     assert check_manifest(load_manifest(folder), facts).errors == []
 
 
+@pytest.mark.slow
 def test_a_template_without_its_topics_fails_with_the_lines_to_add(tmp_path: Path):
     folder = scaffolded(tmp_path)
     with_code(folder, TEMPLATE)
@@ -126,11 +136,13 @@ def test_a_template_without_its_topics_fails_with_the_lines_to_add(tmp_path: Pat
     assert f"and under [publish]:\n      {TEMPLATES.publish_line}\n      {COMPLETE.publish_line}" in message
     # Adding exactly those lines satisfies the check.
     add_lines(folder, TEMPLATE_SUBSCRIBE, TEMPLATE_PUBLISH)
-    facts = read_code(folder).facts
+    assert built(folder).warnings == ()
+    facts = read_built(folder).facts
     assert facts is not None
     assert check_manifest(load_manifest(folder), facts).errors == []
 
 
+@pytest.mark.slow
 def test_a_bound_handler_the_code_lacks_fails_with_the_line_to_remove(tmp_path: Path):
     folder = scaffolded(tmp_path)
     line = '"astrid.tick" = { wit = "opaque", handler = "on-tick" }'
@@ -141,6 +153,7 @@ def test_a_bound_handler_the_code_lacks_fails_with_the_line_to_remove(tmp_path: 
     assert '      @capsule.on("on-tick")\n      def on_tick(ctx, payload): ...' in message
 
 
+@pytest.mark.slow
 def test_template_topics_without_a_template_fail_with_the_lines_to_remove(tmp_path: Path):
     folder = scaffolded(tmp_path)
     add_lines(folder, (TEMPLATES.subscribe_line,), (TEMPLATES.publish_line,))
@@ -150,6 +163,7 @@ def test_template_topics_without_a_template_fail_with_the_lines_to_remove(tmp_pa
     assert f"and from [publish]:\n      {TEMPLATES.publish_line}\n" in message
 
 
+@pytest.mark.slow
 def test_resources_without_the_resource_topics_fail_with_the_lines_to_add(tmp_path: Path):
     folder = scaffolded(tmp_path)
     manifest = folder / "Capsule.toml"
@@ -160,6 +174,7 @@ def test_resources_without_the_resource_topics_fail_with_the_lines_to_add(tmp_pa
     assert "[publish]" not in message.split("Add under [subscribe]")[1]  # the replies are declared
 
 
+@pytest.mark.slow
 def test_a_template_with_no_literal_prefix_needs_the_hint_removed(tmp_path: Path):
     folder = scaffolded(tmp_path)
     with_code(folder, '\n@capsule.template("{{+anything}}", name="all")\ndef everything(ctx):\n    return "x"\n')
@@ -207,31 +222,39 @@ def test_publish_patterns_are_matched_not_compared():
     assert check_manifest(manifest, facts).errors == []
 
 
+@pytest.mark.slow
 def test_reading_the_code(tmp_path: Path):
     folder = scaffolded(tmp_path)
     with_code(folder, '\n@capsule.on("tick")\ndef tick(ctx, payload):\n    return None\n')
-    reading = read_code(folder)
+    built(folder)
+    reading = read_built(folder)
     assert reading.status == "ok" and reading.facts is not None
     assert reading.facts.handlers == ("tick",)
     # A capsule written against the bindings, not the SDK: nothing to check.
-    assert read_code(FIXTURES / "pyprobe").status == "not-sdk"
-    # Code that does not import on the host is reported, with file and line.
+    probe = tmp_path / "pyprobe"
+    shutil.copytree(FIXTURES / "pyprobe", probe, ignore=shutil.ignore_patterns("__pycache__", "*.wasm"))
+    assert built(probe).warnings == ()
+    assert read_built(probe).status == "not-sdk"
+    # Nothing built: nothing to ask.
+    assert read_built(scaffolded(tmp_path, "unbuilt")).status == "failed"
+    # Code that does not import fails the build itself, with file and line.
     (folder / "helpers.py").write_text("X = 1\nY = missing_name\n")
     (folder / "app.py").write_text("import helpers\n" + (folder / "app.py").read_text())
-    failed = read_code(folder)
-    assert failed.status == "failed"
-    assert failed.detail == "helpers.py:2: NameError: name 'missing_name' is not defined"
+    with pytest.raises(BuildError) as failed:
+        built(folder)
+    assert str(failed.value).endswith("helpers.py:2: NameError: name 'missing_name' is not defined"), failed.value
 
 
-def test_reading_the_code_sees_no_host_packages(tmp_path: Path):
-    """The code is imported with the standard library, the SDK and the folder only: not this venv's packages."""
+@pytest.mark.slow
+def test_the_code_sees_no_host_packages(tmp_path: Path):
+    """The code is built with the standard library, the SDK and the folder only: not this venv's packages."""
     import idna  # noqa: F401  (present on the host: the test's premise)
 
     folder = scaffolded(tmp_path)
     (folder / "app.py").write_text("import idna\n" + (folder / "app.py").read_text())
-    reading = read_code(folder)
-    assert reading.status == "failed" and "No module named 'idna'" in reading.detail
-    assert not (folder / "__pycache__").exists()  # and it writes nothing into the capsule
+    with pytest.raises(BuildError, match="No module named 'idna'"):
+        built(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py"]  # nothing written
 
 
 @pytest.mark.slow
@@ -246,6 +269,7 @@ def test_a_warning_is_shown_by_every_build_cached_or_not(tmp_path: Path):
         assert '@capsule.on("tick"), but no [subscribe] entry binds it' in result.warnings[0]
 
 
+@pytest.mark.slow
 def test_a_bundled_copy_passes_the_check(tmp_path: Path):
     """The capsules shipped and the test capsules agree with their manifests (so the check breaks none)."""
     from astrid.capsules import CAPSULES_DIR
@@ -256,7 +280,8 @@ def test_a_bundled_copy_passes_the_check(tmp_path: Path):
     for source in folders:
         folder = tmp_path / source.name
         shutil.copytree(source, folder, ignore=shutil.ignore_patterns("*.wasm", "__pycache__"))
-        reading = read_code(folder)
+        assert built(folder).warnings == (), source
+        reading = read_built(folder)
         assert reading.status == "ok", (source, reading.detail)
         assert reading.facts is not None
         result = check_manifest(load_manifest(folder), reading.facts, (folder / "Capsule.toml").read_text())
@@ -279,3 +304,16 @@ def test_problems_point_at_the_declaration_when_the_sdk_records_it():
     facts = CodeFacts(name="s", resources=("astrid://t/a",), sites={"astrid://t/a": "app.py:12"})
     (error,) = check_manifest(manifest, facts).errors
     assert "the resource astrid://t/a (app.py:12), outside the [resources] families hint" in error
+
+
+def test_binding_the_reserved_facts_action_is_a_line_to_remove():
+    manifest = parse_manifest(
+        {
+            "package": {"name": "r", "version": "1"},
+            "component": [{"id": "r", "file": "r.wasm"}],
+            "subscribe": {"r.facts": {"wit": "opaque", "handler": "astrid.facts"}},
+        }
+    )
+    (error,) = check_manifest(manifest, CodeFacts(name="r")).errors
+    assert '[subscribe] binds "r.facts" to the handler "astrid.facts", a name the SDK reserves' in error
+    assert 'Remove this line from [subscribe]:\n    "r.facts" = { wit = "opaque", handler = "astrid.facts" }' in error
