@@ -49,7 +49,7 @@ def astrid_command() -> list[str]:
     candidate = Path(sys.executable).parent / ("astrid.exe" if os.name == "nt" else "astrid")
     if candidate.is_file():
         return [str(candidate)]
-    return [str(Path(sys.executable).resolve()), "-m", "astrid.cli.main"]
+    return [str(Path(sys.executable).resolve()), "-P", "-m", "astrid.cli.main"]  # -P: the cwd is no module path
 
 
 def carried_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

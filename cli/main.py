@@ -97,4 +97,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m astrid.cli.main` (a client entry without the `astrid` script): the command
+    # modules attach to the module `astrid.cli.main`, which is not this `__main__` copy of it.
+    from astrid.cli import main as cli_main
+
+    cli_main.main()

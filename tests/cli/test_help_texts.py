@@ -47,3 +47,19 @@ def test_every_example_names_options_the_command_has():
                 if word.startswith("--"):
                     names = {name for param in command.params for name in getattr(param, "opts", [])}
                     assert word.split("=")[0] in names, (path, word)
+
+
+def test_python_dash_m_runs_every_command(tmp_path):
+    """The fallback a client entry uses when there is no `astrid` script."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "astrid.cli.main", "mcp", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Serve capsule resources" in done.stdout
