@@ -440,6 +440,7 @@ def announce(runtime, watch: bool, hint: str) -> None:
 
 def _announce(runtime, watch: bool, hint: str) -> None:
     from astrid.host.errors import BackendNotReady
+    from astrid.host.kernel.loader import stale_component
 
     try:
         runtime.wait_ready(3600)
@@ -462,6 +463,10 @@ def _announce(runtime, watch: bool, hint: str) -> None:
     _say(ready)
     for capsule in status.capsules:
         _say("  " + capsule.identity_line())
+    for capsule in status.capsules:
+        stale = stale_component(capsule.folder)
+        if stale is not None:  # serving the last build, not the code in the folder
+            _say(f"warning: {capsule.name}: {stale}")
     _say(hint)
     runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
     if watch and runtime.config.capsule_paths:

@@ -167,3 +167,19 @@ def test_no_access_log_is_an_http_option(built, capsule_home) -> None:
     )
     assert done.returncode == 1
     assert "--no-access-log: HTTP options, give them with --http [HOST:]PORT" in done.stderr
+
+
+async def test_the_banner_warns_when_a_capsules_code_is_newer_than_its_build(built, capsule_home, tmp_path):
+    import shutil
+
+    folder = tmp_path / "docs"
+    shutil.copytree(built["docs"], folder)
+    later = time.time() + 60
+    os.utime(folder / "app.py", (later, later))  # edited after the last build
+    stderr = tmp_path / "stderr.log"
+    async with stdio_session(folder, capsule_home=capsule_home, stderr=stderr) as served:
+        with anyio.fail_after(30):
+            while "connect a client" not in stderr.read_text():
+                await anyio.sleep(0.05)
+        assert (await served.session.list_resources()).resources
+    assert "warning: docs: app.py is newer than docs.wasm" in stderr.read_text()
