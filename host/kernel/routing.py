@@ -10,21 +10,20 @@ every read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from functools import lru_cache
 
 from astrid.host.bus import Message
 from astrid.host.contract.topics import READ_REQUEST_TOPIC
 from astrid.host.kernel.loader import LoadedCapsule
 
 
-@lru_cache(maxsize=1024)
-def _requested_uri(payload: str) -> str | None:
+def _requested_uri(message: Message) -> str | None:
+    """The read request's uri, from the JSON value the bus already parsed (no second parse)."""
     try:
-        uri = json.loads(payload).get("uri")
-    except (ValueError, AttributeError, RecursionError):
+        data = message.parsed()
+    except (ValueError, RecursionError):
         return None
+    uri = data.get("uri") if isinstance(data, dict) else None
     return uri if isinstance(uri, str) else None
 
 
@@ -38,7 +37,7 @@ def accepts_for(capsule: LoadedCapsule, pattern: str) -> Callable[[Message], boo
     def accepts(message: Message) -> bool:
         if message.source_id == own:
             return False
-        uri = _requested_uri(message.payload)
+        uri = _requested_uri(message)
         # An unparsable request still goes through: the capsule decides.
         return uri is None or uri.startswith(families)
 
