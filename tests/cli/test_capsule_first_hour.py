@@ -186,7 +186,10 @@ def test_build_refuses_a_resource_outside_the_families_hint(tmp_path: Path):
     app.write_text(app.read_text().replace('"astrid://demo/hello"', '"astrid://elsewhere/hello"'))
     result = astrid("capsule", "build", "demo", cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: demo/Capsule.toml does not match what demo/app.py serves:\n")
+    # The check asks the built component, so a fresh build's progress lines come first.
+    progress, error_line, rest = result.stderr.partition("error: ")
+    assert all(line.startswith("demo: ") for line in progress.splitlines()), progress
+    assert (error_line + rest).startswith("error: demo/Capsule.toml does not match what demo/app.py serves:\n")
     assert 'families = ["astrid://demo/", "astrid://elsewhere/"]' in result.stderr
     assert not (tmp_path / "demo" / "demo.wasm").exists()
 
