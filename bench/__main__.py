@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -106,6 +107,14 @@ def run() -> dict:
                 python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
             )
             results["fanout"][count] = json.loads(fanout.stdout.strip().splitlines()[-1])
+            if count == min(COUNTS):
+                phases = subprocess.run(
+                    python_command("-m", "bench.guest_phases", str(ROUNDS * 3), "--capsule", str(folder), "--json"),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results["phases"] = json.loads(phases.stdout.strip().splitlines()[-1])
             if count == max(COUNTS):
                 rss = subprocess.run(
                     python_command("-m", "bench.rss", str(folder), "3"), capture_output=True, text=True, check=True
@@ -190,6 +199,45 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+# (target, how it is read off the results, the limit, whether the ratio must stay below it)
+TARGETS: list[tuple[str, Callable[[dict], float], float, bool]] = [
+    ("uncached read (text) <= 1.5x", lambda r: r["ratios"][min(r["counts"])]["read_text"], 1.5, True),
+    ("uncached read (blob) <= 1.5x", lambda r: r["ratios"][min(r["counts"])]["read_blob"], 1.5, True),
+    ("declared-fresh read <= 1.1x", lambda r: r["ratios"][min(r["counts"])]["read_fresh"], 1.1, True),
+    ("warm list <= 1.1x", lambda r: r["ratios"][min(r["counts"])]["list_warm"], 1.1, True),
+    ("full fan-out K=max <= 3x K=1", lambda r: fanout_ratio(r), 3.0, True),
+    ("startup, warm cache <= 1.2x", lambda r: r["ratios"][min(r["counts"])]["startup_warm_cache"], 1.2, True),
+    ("HTTP throughput, 32 clients >= 0.7x", lambda r: r["http"]["throughput_ratio"]["32"], 0.7, False),
+]
+
+
+def fanout_ratio(results: dict) -> float:
+    large, small = results["fanout"][max(results["counts"])], results["fanout"][min(results["counts"])]
+    return float(large["first_ms"] / small["first_ms"])
+
+
+def targets(results: dict) -> str:
+    """The issue's targets, each met or missed in this run."""
+    rows = ["| target | this run | |", "|---|---|---|"]
+    for name, measure, limit, below in TARGETS:
+        try:
+            value = measure(results)
+        except KeyError:
+            rows.append(f"| {name} | not measured | - |")
+            continue
+        met = value <= limit if below else value >= limit
+        rows.append(f"| {name} | {value:.2f}x | {'met' if met else 'missed'} |")
+    return "\n".join(rows)
+
+
+def phases_table(results: dict) -> str:
+    rows = ["| uncached read, in-process (us, median) | " + " | ".join(results["phases"]["columns"]) + " |"]
+    rows.append("|---" * (len(results["phases"]["columns"]) + 1) + "|")
+    for name, cells in results["phases"]["rows"].items():
+        rows.append(f"| {name} | " + " | ".join(f"{cells[c]:.0f}" for c in results["phases"]["columns"]) + " |")
+    return "\n".join(rows)
+
+
 def chart(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -219,6 +267,11 @@ def main() -> None:
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     chart(results, OUT / "latency.png")
     print(table(results))
+    print()
+    print(targets(results))
+    if "phases" in results:
+        print()
+        print(phases_table(results))
     print(f"\nresults: {OUT / 'results.json'}, chart: {OUT / 'latency.png'} ({time.time() - started:.0f} s)")
 
 

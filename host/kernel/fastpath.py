@@ -7,7 +7,8 @@ per host import) and converts `list<u8>` byte by byte. This module:
   `_tagged()` on each type object, so a kept type tree costs nothing to walk
   again;
 - keeps each export function's type on its `Func` (a Func lives in one Store);
-- lowers `list<u8>` from bytes in one pass instead of byte by byte;
+- lowers `list<u8>` from bytes in one pass, in place, instead of byte by byte;
+- lowers a string (and a record's field names) with one copy, not two;
 - caches a host import's parameter and result types per (import, component),
   so a component's types are computed once. Keying by component keeps it safe
   even for a component that imports a host function with another signature;
@@ -72,23 +73,36 @@ def _tagged(self: Any) -> bool:
 
 
 def _list_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
-    """`list<u8>` from bytes in one pass (stock code converts byte by byte)."""
+    """`list<u8>` from bytes in one pass (stock code converts byte by byte).
+
+    The C API wants one 32-byte value cell per byte; the cells are filled in
+    place (two strided writes), with no staging copy of that 32x image.
+    """
     if not (type(val) is bytes and self._is_bytes()):
         return _ORIGINAL_LIST_TO_C(self, store, val, ptr)
     count = len(val)
     raw = ffi.wasmtime_component_vallist_t()
     ffi.wasmtime_component_vallist_new_uninit(raw, count)
     if count:
-        template = ffi.wasmtime_component_val_t()
-        template.kind = ffi.WASMTIME_COMPONENT_U8
-        template.of.u8 = 0
-        size = ctypes.sizeof(template)
-        image = bytearray(bytes(template) * count)
-        image[_U8_OFFSET::size] = val  # every element's value byte at once
-        ctypes.memmove(raw.data, (ctypes.c_char * len(image)).from_buffer(image), len(image))
+        cells = (ctypes.c_ubyte * (count * _CELL_SIZE)).from_address(ctypes.addressof(raw.data.contents))
+        view = memoryview(cells).cast("B")
+        view[_KIND_OFFSET::_CELL_SIZE] = _U8_KIND * count
+        view[_U8_OFFSET::_CELL_SIZE] = val
     ptr.contents.kind = ffi.WASMTIME_COMPONENT_LIST
     ptr.contents.of.list = raw
     return None
+
+
+def _str_to_capi(s: str) -> ffi.wasm_byte_vec_t:
+    """A string as a wasm byte vector, copied once (stock code stages it in a ctypes array first)."""
+    if not isinstance(s, str):
+        raise TypeError("expected a string")
+    data = s.encode("utf-8")
+    vec = ffi.wasm_byte_vec_t()
+    ffi.wasm_byte_vec_new_uninitialized(ctypes.byref(vec), len(data))
+    if data:  # an empty vector may have no buffer at all
+        ctypes.memmove(vec.data, data, len(data))
+    return vec
 
 
 def _field_offset(struct: type, name: str) -> int:
@@ -97,6 +111,9 @@ def _field_offset(struct: type, name: str) -> int:
 
 
 _U8_OFFSET = _field_offset(ffi.wasmtime_component_val_t, "of") + _field_offset(ffi.wasmtime_component_valunion_t, "u8")
+_KIND_OFFSET = _field_offset(ffi.wasmtime_component_val_t, "kind")
+_CELL_SIZE = ctypes.sizeof(ffi.wasmtime_component_val_t)
+_U8_KIND = bytes([ffi.WASMTIME_COMPONENT_U8.value])
 
 
 def _func_type(self: Any, store: Any) -> Any:
@@ -165,6 +182,7 @@ def install(component_of: Callable[[Any], Any] | None = None) -> bool:
         setattr(T.VariantLikeType, "_tagged", _tagged)  # noqa: B010
         setattr(_func.Func, "type", _func_type)  # noqa: B010
         setattr(T.ListType, "convert_to_c", _list_to_c)  # noqa: B010
+        ffi.str_to_capi = _str_to_capi  # the component types call it through the module
         _linker.func_impl = _fast_func_impl  # picked up by LinkerInstance.add_func
         _installed = True
         return True

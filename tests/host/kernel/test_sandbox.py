@@ -118,6 +118,20 @@ def test_the_wasmtime_fast_path_is_active() -> None:
     assert _linker.func_impl is fastpath._fast_func_impl
 
 
+def test_payloads_reach_the_guest_byte_for_byte(make_probe, kernel_factory) -> None:
+    # The fast path writes a payload's bytes straight into wasmtime's value cells:
+    # every byte value, empty and multi-page payloads come back unchanged.
+    kernel = kernel_factory([make_probe()])
+    client = client_for(kernel)
+    every_char = "".join(chr(c) for c in range(32, 0x2FF) if chr(c) not in '"\\')
+    payloads = ['""', json.dumps(every_char), json.dumps("é✓" * 30_000), json.dumps({"k": list(range(2000))})]
+    with kernel.bus.subscribe(client, "test.echo") as echo:
+        for payload in payloads:
+            kernel.bus.publish(client, "probe.echo", payload, ALICE).wait(5)
+            reply = echo.recv(2)
+            assert reply is not None and reply.payload == payload
+
+
 def test_watched_principals_get_their_sandboxes_prewarmed(make_probe, kernel_factory) -> None:
     import time as clock
 
