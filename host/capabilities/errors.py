@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from astrid.host.errors import AstridError
 
-class CapabilityError(Exception):
+
+class CapabilityError(AstridError):
     """A refused capability call.
 
     `code` is the case name in the capability's WIT `error-code` variant

@@ -111,6 +111,12 @@ def error(code: str, detail: str | None = None) -> Variant:
     return Variant(case, detail or case) if code == IpcErrorCode.UNKNOWN else Variant(case)
 
 
+def unexpected(import_name: str, exc: Exception) -> Variant:
+    """A host fault inside an import: logged with its traceback (a host bug to find), `unknown` to the guest."""
+    log.debug("host import %s failed", import_name, exc_info=exc)
+    return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+
 class HostAbi:
     def __init__(self, engine: Any, bus: Bus, grants: GrantStore, kv_path: Path, *, quiet: bool = False) -> None:
         self.bus = bus
@@ -192,7 +198,7 @@ class HostAbi:
             log.debug("publish refused: %s", exc)
             return error(exc.code)
         except Exception as exc:  # never raise into the guest
-            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            return unexpected("publish", exc)
 
     def _subscribe(self, store: Any, pattern: str) -> Any:
         try:
@@ -209,7 +215,7 @@ class HostAbi:
         except BusError as exc:
             return error(exc.code)
         except Exception as exc:
-            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            return unexpected("subscribe", exc)
 
     def _envelope(self, subscription: Subscription, messages: list[Message]) -> Record:
         dropped, lagged = subscription.take_counters()
@@ -232,7 +238,7 @@ class HostAbi:
                 return error(IpcErrorCode.CLOSED)
             return self._envelope(subscription, subscription.poll(POLL_BATCH))
         except Exception as exc:
-            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            return unexpected("poll", exc)
 
     def _recv(self, store: Any, handle: ResourceAny, timeout_ms: int) -> Any:
         try:
@@ -248,7 +254,7 @@ class HostAbi:
                 return error(IpcErrorCode.CLOSED) if subscription.closed else error(IpcErrorCode.TIMEOUT)
             return self._envelope(subscription, [message])
         except Exception as exc:
-            return error(IpcErrorCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            return unexpected("recv", exc)
 
     def _drop_subscription(self, store: Any, rep: int) -> None:
         try:
@@ -274,6 +280,7 @@ class HostAbi:
                 attribution=attribution(message.principal),
             )
         except Exception as exc:
+            log.debug("host import get-caller failed", exc_info=exc)
             return f"{type(exc).__name__}: {exc}"
 
     def _log(self, store: Any, level: str, message: str) -> None:
@@ -306,8 +313,8 @@ class HostAbi:
                     )
                 return
             log.log(levelno, "[%s] %s", instance.capsule.name, printable(text))
-        except Exception:
-            pass
+        except Exception:  # a capsule's log line is never worth a trap
+            log.debug("host import log failed", exc_info=True)
 
     def _get_config(self, store: Any, key: str) -> Variant:
         try:
@@ -316,6 +323,7 @@ class HostAbi:
                 return Variant("err", f"config key {key!r} is not set")
             return Variant("ok", value)
         except Exception as exc:
+            log.debug("host import get-config failed", exc_info=exc)
             return Variant("err", f"{type(exc).__name__}: {exc}")
 
     def _clock_ms(self, store: Any) -> int:

@@ -146,10 +146,12 @@ def host_trampoline(signature: SignatureLookup) -> Any:
                     result_ty.convert_to_c(store, result, results)
             except wasmtime.WasmtimeError:
                 raise
-            except Exception as exc:
+            except BaseException as exc:
                 # A WasmtimeError traps only this guest; any other exception would
                 # be parked in wasmtime-py's module-global slot and re-raised on
-                # whichever thread enters wasm next.
+                # whichever thread enters wasm next, and a BaseException (a
+                # KeyboardInterrupt, a SystemExit) escaping the callback aborts
+                # the process: upstream catches BaseException here too.
                 raise wasmtime.WasmtimeError(f"host call failed: {type(exc).__name__}: {exc}") from None
 
         return catch_exceptions(context, run)

@@ -37,10 +37,13 @@ from astrid.host.kernel import fastpath, wasmtime_patches
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 
-probe, cache_dir, raising = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "raising"
+probe, cache_dir, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+raising = mode != "plain"
+class Escape(BaseException):
+    pass
 if raising:
     def get_caller(self, store):
-        raise RuntimeError("boom")
+        raise RuntimeError("boom") if mode == "raising" else Escape("boom")
     HostAbi._get_caller = get_caller
 kernel = Kernel(KernelConfig(capsule_paths=[probe], cache_dir=cache_dir))
 kernel.start()
@@ -61,11 +64,12 @@ print(json.dumps({
 """
 
 
-def run_fresh(probe: Path, cache_dir: Path, *, no_fastpath: bool, raising: bool = False) -> dict:
+def run_fresh(probe: Path, cache_dir: Path, *, no_fastpath: bool, raising: str = "plain") -> dict:
+    """`raising`: "plain", or the get-caller import raises ("raising": a RuntimeError, "raising-base": a BaseException)."""
     env = {k: v for k, v in os.environ.items() if k != fastpath.DISABLE_ENV}
     if no_fastpath:
         env[fastpath.DISABLE_ENV] = "1"
-    args = [sys.executable, "-c", IN_A_FRESH_PROCESS, str(probe), str(cache_dir), "raising" if raising else "plain"]
+    args = [sys.executable, "-c", IN_A_FRESH_PROCESS, str(probe), str(cache_dir), raising]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -138,9 +142,20 @@ def test_a_raising_host_import_traps_only_its_guest(make_probe, component_cache_
     # Stock wasmtime-py parks the exception module-globally and re-raises the
     # RuntimeError itself on whichever thread next leaves wasm with an error;
     # patched, it is a trap of this guest's call that names it.
-    report = run_fresh(make_probe(), component_cache_dir, no_fastpath=no_fastpath, raising=True)
+    report = run_fresh(make_probe(), component_cache_dir, no_fastpath=no_fastpath, raising="raising")
     assert report["reply"] is None
     assert "host call failed: RuntimeError: boom" in report["last_error"]
+
+
+@pytest.mark.parametrize("no_fastpath", [True, False], ids=["plain-trampoline", "fast-trampoline"])
+def test_a_base_exception_in_a_host_import_traps_only_its_guest(
+    make_probe, component_cache_dir: Path, no_fastpath: bool
+) -> None:
+    # A BaseException that escaped the ctypes callback would leave the import's
+    # result unwritten (and can abort the process): it is a trap like any other.
+    report = run_fresh(make_probe(), component_cache_dir, no_fastpath=no_fastpath, raising="raising-base")
+    assert report["reply"] is None
+    assert "host call failed: Escape: boom" in report["last_error"]
 
 
 def test_a_raising_host_import_is_a_trap_of_its_guest_in_this_process(make_probe, kernel_factory, monkeypatch) -> None:
