@@ -65,7 +65,7 @@ print(json.dumps({
 
 
 def run_fresh(probe: Path, cache_dir: Path, *, no_fastpath: bool, raising: str = "plain") -> dict:
-    """`raising`: "plain", or the get-caller import raises ("raising": a RuntimeError, "raising-base": a BaseException)."""
+    """`raising`: "plain", or get-caller raises ("raising": a RuntimeError, "raising-base": a BaseException)."""
     env = {k: v for k, v in os.environ.items() if k != fastpath.DISABLE_ENV}
     if no_fastpath:
         env[fastpath.DISABLE_ENV] = "1"
