@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
+from astrid.host.bus.topics import is_clean_segment
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
 # Bad metadata is dropped where the broker takes a capsule's reply in: log it there.
@@ -21,6 +22,7 @@ log = logging.getLogger("astrid.host.broker")
 
 # A text field, required or optional: a check hands back what it was given.
 _Text = TypeVar("_Text", str, str | None)
+_Item = TypeVar("_Item")
 
 
 class WireModel(BaseModel):
@@ -59,6 +61,20 @@ def check_bytes(value: _Text, limit: int, what: str) -> _Text:
     if value is not None and utf8_len(value) > limit:
         raise ValueError(f"{what} is longer than {limit} bytes")
     return value
+
+
+def check_segment(value: str, what: str) -> str:
+    """An id that the reply's topic ends with: one topic segment."""
+    if not is_clean_segment(value):
+        raise ValueError(f"{what} must be one topic segment of [a-z0-9_-]")
+    return value
+
+
+def check_count(items: list[_Item], limit: int, what: str) -> list[_Item]:
+    """A list in one reply: more than `limit` entries refuse the whole reply."""
+    if len(items) > limit:
+        raise ValueError(f"more than {limit} {what}")
+    return items
 
 
 def check_meta(value: str | None, limit: int) -> str | None:

@@ -10,8 +10,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
-from astrid.host.bus.topics import is_clean_segment
-from astrid.host.contract._base import F32, U32, WireModel, check_bytes, check_meta, limits_of
+from astrid.host.contract._base import (
+    F32,
+    U32,
+    WireModel,
+    check_bytes,
+    check_count,
+    check_meta,
+    check_segment,
+    limits_of,
+)
 
 ResourceRole = Literal["user", "assistant"]
 IconTheme = Literal["light", "dark"]
@@ -30,7 +38,41 @@ class Icon(WireModel):
     theme: IconTheme | None = None
 
 
-class ResourceDefinition(WireModel):
+class BoundedFields(WireModel):
+    """The size rules of the fields several records share (docs/contract.md §7), written once.
+
+    A record inherits the rules of the fields it declares (`check_fields=False`:
+    a rule for a field a record lacks does nothing); its own fields keep their
+    own order, so the wire form does not move.
+    """
+
+    @field_validator("uri", check_fields=False)
+    @classmethod
+    def _uri_limit(cls, value: str, info: ValidationInfo) -> str:
+        return check_bytes(value, limits_of(info).uri_bytes, "uri")
+
+    @field_validator("title", check_fields=False)
+    @classmethod
+    def _title_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_bytes(value, limits_of(info).title_bytes, "title")
+
+    @field_validator("description", check_fields=False)
+    @classmethod
+    def _description_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_bytes(value, limits_of(info).description_bytes, "description")
+
+    @field_validator("icons", check_fields=False)
+    @classmethod
+    def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
+        return value[: limits_of(info).icons_per_definition]  # extras dropped (docs/contract.md §7)
+
+    @field_validator("meta", check_fields=False)
+    @classmethod
+    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_meta(value, limits_of(info).meta_bytes)
+
+
+class ResourceDefinition(BoundedFields):
     uri: str = Field(min_length=1)
     name: str
     title: str | None = None
@@ -41,46 +83,11 @@ class ResourceDefinition(WireModel):
     icons: list[Icon] = []
     meta: str | None = None
 
-    @field_validator("uri")
-    @classmethod
-    def _uri_limit(cls, value: str, info: ValidationInfo) -> str:
-        return check_bytes(value, limits_of(info).uri_bytes, "uri")
 
-    @field_validator("title")
-    @classmethod
-    def _title_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_bytes(value, limits_of(info).title_bytes, "title")
-
-    @field_validator("description")
-    @classmethod
-    def _description_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_bytes(value, limits_of(info).description_bytes, "description")
-
-    @field_validator("icons")
-    @classmethod
-    def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
-        return value[: limits_of(info).icons_per_definition]  # extras dropped (docs/contract.md §7)
-
-    @field_validator("meta")
-    @classmethod
-    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_meta(value, limits_of(info).meta_bytes)
-
-
-class _Chunk(WireModel):
+class _Chunk(BoundedFields):
     uri: str
     mime_type: str | None = None
     meta: str | None = None
-
-    @field_validator("uri")
-    @classmethod
-    def _uri_limit(cls, value: str, info: ValidationInfo) -> str:
-        return check_bytes(value, limits_of(info).uri_bytes, "uri")
-
-    @field_validator("meta")
-    @classmethod
-    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_meta(value, limits_of(info).meta_bytes)
 
 
 class TextChunk(_Chunk):
@@ -135,10 +142,7 @@ class DescribeResponse(WireModel):
     @field_validator("resources")
     @classmethod
     def _count_limit(cls, value: list[ResourceDefinition], info: ValidationInfo) -> list[ResourceDefinition]:
-        limit = limits_of(info).resources_per_describe
-        if len(value) > limit:
-            raise ValueError(f"more than {limit} resources in one describe reply")
-        return value
+        return check_count(value, limits_of(info).resources_per_describe, "resources in one describe reply")
 
 
 class ReadRequest(WireModel):
@@ -148,9 +152,7 @@ class ReadRequest(WireModel):
     @field_validator("correlation_id")
     @classmethod
     def _clean(cls, value: str) -> str:
-        if not is_clean_segment(value):
-            raise ValueError("correlation_id must be one topic segment of [a-z0-9_-]")
-        return value
+        return check_segment(value, "correlation_id")
 
 
 class ReadResponse(WireModel):

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from astrid.host.bus.topics import is_clean_segment
-from astrid.host.contract._base import U32, WireModel, check_bytes, check_meta, limits_of
-from astrid.host.contract.resource import Annotations, Icon
+from astrid.host.contract._base import U32, WireModel, check_bytes, check_count, check_segment, limits_of
+from astrid.host.contract.resource import Annotations, BoundedFields, Icon
 from astrid.host.contract.uri_template import UriTemplate
 
 
-class ResourceTemplate(WireModel):
+class ResourceTemplate(BoundedFields):
     uri_template: str = Field(min_length=1)
     name: str
     title: str | None = None
@@ -32,26 +31,6 @@ class ResourceTemplate(WireModel):
         UriTemplate.parse(value)  # ValueError names what is wrong
         return value
 
-    @field_validator("title")
-    @classmethod
-    def _title_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_bytes(value, limits_of(info).title_bytes, "title")
-
-    @field_validator("description")
-    @classmethod
-    def _description_limit(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_bytes(value, limits_of(info).description_bytes, "description")
-
-    @field_validator("icons")
-    @classmethod
-    def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
-        return value[: limits_of(info).icons_per_definition]
-
-    @field_validator("meta")
-    @classmethod
-    def _meta_object(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_meta(value, limits_of(info).meta_bytes)
-
     @property
     def parsed(self) -> UriTemplate:
         return UriTemplate.parse(self.uri_template)
@@ -63,10 +42,7 @@ class TemplatesResponse(WireModel):
     @field_validator("templates")
     @classmethod
     def _count_limit(cls, value: list[ResourceTemplate], info: ValidationInfo) -> list[ResourceTemplate]:
-        limit = limits_of(info).templates_per_describe
-        if len(value) > limit:
-            raise ValueError(f"more than {limit} templates in one reply")
-        return value
+        return check_count(value, limits_of(info).templates_per_describe, "templates in one reply")
 
 
 class Argument(WireModel):
@@ -84,9 +60,7 @@ class CompleteRequest(WireModel):
     @field_validator("correlation_id")
     @classmethod
     def _clean(cls, value: str) -> str:
-        if not is_clean_segment(value):
-            raise ValueError("correlation_id must be one topic segment of [a-z0-9_-]")
-        return value
+        return check_segment(value, "correlation_id")
 
 
 class CompleteResponse(WireModel):
@@ -104,7 +78,4 @@ class CompleteResponse(WireModel):
     @field_validator("values")
     @classmethod
     def _count_limit(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        limit = limits_of(info).completion_values
-        if len(value) > limit:
-            raise ValueError(f"more than {limit} completion values")
-        return value
+        return check_count(value, limits_of(info).completion_values, "completion values")
