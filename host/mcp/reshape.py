@@ -93,20 +93,23 @@ def to_icon(icon: Icon) -> types.Icon:
     return types.Icon(src=icon.src, mime_type=icon.mime_type, sizes=list(icon.sizes) or None, theme=icon.theme)
 
 
+def _described(record: ResourceDefinition | ResourceTemplate, limits: Limits) -> dict[str, Any]:
+    """The fields a resource and a template share, in MCP's shape."""
+    return {
+        "name": record.name,
+        "title": record.title,
+        "description": record.description,
+        "mime_type": record.mime_type,
+        "annotations": to_annotations(record.annotations),
+        "icons": [to_icon(icon) for icon in record.icons] or None,
+        "_meta": clean_meta(record.meta, limits),
+    }
+
+
 def to_resource(definition: ResourceDefinition, limits: Limits = DEFAULT_LIMITS) -> types.Resource | None:
     """One MCP `Resource`, or None (logged) when it cannot be expressed."""
     try:
-        return types.Resource(
-            uri=definition.uri,
-            name=definition.name,
-            title=definition.title,
-            description=definition.description,
-            mime_type=definition.mime_type,
-            size=definition.size,
-            annotations=to_annotations(definition.annotations),
-            icons=[to_icon(icon) for icon in definition.icons] or None,
-            _meta=clean_meta(definition.meta, limits),
-        )
+        return types.Resource(uri=definition.uri, size=definition.size, **_described(definition, limits))
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         log.warning("resource %s left out of the list: %s", definition.uri, exc)
         return None
@@ -115,16 +118,7 @@ def to_resource(definition: ResourceDefinition, limits: Limits = DEFAULT_LIMITS)
 def to_template(template: ResourceTemplate, limits: Limits = DEFAULT_LIMITS) -> types.ResourceTemplate | None:
     """One MCP `ResourceTemplate`, or None (logged) when it cannot be expressed."""
     try:
-        return types.ResourceTemplate(
-            uri_template=template.uri_template,
-            name=template.name,
-            title=template.title,
-            description=template.description,
-            mime_type=template.mime_type,
-            annotations=to_annotations(template.annotations),
-            icons=[to_icon(icon) for icon in template.icons] or None,
-            _meta=clean_meta(template.meta, limits),
-        )
+        return types.ResourceTemplate(uri_template=template.uri_template, **_described(template, limits))
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         log.warning("resource template %s left out of the list: %s", template.uri_template, exc)
         return None
