@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
-from astrid.host.broker.read_reply import MAX_ERROR_MESSAGE
+from astrid.host.broker.read_reply import failure
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
 from astrid.host.contract.template import CompleteResponse
@@ -38,8 +38,7 @@ class CompletionOutcome:
 
     @staticmethod
     def fail(code: FailureCode, message: str, source_id: str | None = None) -> CompletionOutcome:
-        failure = FrontDoorFailure(code=code, message=message[:MAX_ERROR_MESSAGE])
-        return CompletionOutcome(error=failure, source_id=source_id)
+        return CompletionOutcome(error=failure(code, message), source_id=source_id)
 
 
 def check_complete_reply(

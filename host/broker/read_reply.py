@@ -22,6 +22,11 @@ from astrid.host.limits import Limits
 MAX_ERROR_MESSAGE = 1024
 
 
+def failure(code: FailureCode, message: str) -> FrontDoorFailure:
+    """Why a capsule's answer failed, its text bounded (a capsule may write any length)."""
+    return FrontDoorFailure(code=code, message=message[:MAX_ERROR_MESSAGE])
+
+
 @dataclass(frozen=True)
 class ReadOutcome:
     """Either the chunks of a read or why it failed (never both)."""
@@ -32,8 +37,7 @@ class ReadOutcome:
 
     @staticmethod
     def fail(code: FailureCode, message: str, source_id: str | None = None) -> ReadOutcome:
-        failure = FrontDoorFailure(code=code, message=message[:MAX_ERROR_MESSAGE])
-        return ReadOutcome(error=failure, source_id=source_id)
+        return ReadOutcome(error=failure(code, message), source_id=source_id)
 
 
 def check_read_reply(payload: str | Message, uri: str, source_id: str, limits: Limits) -> ReadOutcome:
