@@ -14,10 +14,6 @@ class AstridError(Exception):
     """Base of astrid's own exceptions."""
 
 
-class TopicError(AstridError, ValueError):
-    """A topic or pattern that breaks the bus topic grammar."""
-
-
 class BusError(AstridError):
     """A refused bus operation; `code` is the `astrid:ipc` error-code case."""
 

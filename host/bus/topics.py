@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-from astrid.host.errors import TopicError
-
 MAX_TOPIC_BYTES = 256
 MAX_SEGMENTS = 8
 WILDCARD = "*"
@@ -50,20 +48,6 @@ def is_valid_topic(topic: object) -> bool:
 
 def is_valid_pattern(pattern: object) -> bool:
     return topic_problem(pattern, pattern=True) is None
-
-
-def validate_topic(topic: object) -> str:
-    problem = topic_problem(topic)
-    if problem:
-        raise TopicError(f"invalid topic {topic!r}: {problem}")
-    return topic  # type: ignore[return-value]
-
-
-def validate_pattern(pattern: object) -> str:
-    problem = topic_problem(pattern, pattern=True)
-    if problem:
-        raise TopicError(f"invalid subscription pattern {pattern!r}: {problem}")
-    return pattern  # type: ignore[return-value]
 
 
 def pattern_matches(pattern: str, topic: str) -> bool:

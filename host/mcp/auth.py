@@ -29,7 +29,6 @@ import anyio.to_thread
 from mcp.server.auth.provider import AccessToken
 
 from astrid.host.auth.principal import BearerIdentity, IdentitySource, PrincipalSource, principal_problem
-from astrid.host.auth.tokens import TokenStore
 from astrid.host.errors import AstridError
 from astrid.host.mcp.access import note_refusal
 
@@ -98,11 +97,3 @@ class BearerVerifier:
         if message != self._last_failure:
             log.error("bearer tokens refused: %s", message)
         self._last_failure = message
-
-
-class StaticTokenVerifier(BearerVerifier):
-    """`BearerVerifier` over the static token file (`astrid mcp token`)."""
-
-    def __init__(self, store: TokenStore, *, resource: str | None = None) -> None:
-        super().__init__(store, resource=resource)
-        self.store = store

@@ -49,11 +49,6 @@ DRAIN_S = 15.0
 _RESPONSE_PREFIX = re.compile(r'\{"jsonrpc":"2\.0","id":(-?\d+|"(?:[^"\\]|\\.)*"),"(?:result|error)"')
 
 
-def screen(line: str) -> dict[str, Any] | None:
-    """The error response a raw line deserves, or None to pass it on."""
-    return inspect_line(line)[0]
-
-
 def inspect_line(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(the error response the line deserves, or None; the message when it passes)."""
     text = line.strip()

@@ -34,7 +34,7 @@ from astrid.host.kernel import cache_seal
 from astrid.host.kernel.cache_seal import CacheSeal
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.engine import shared_engine
-from astrid.host.mcp.auth import StaticTokenVerifier
+from astrid.host.mcp.auth import BearerVerifier
 from astrid.host.settings import CONFIG_DIR_ENV
 from astrid.host.toolpaths import tool_path
 from astrid.host.watch import MOUNT_MAX_DEPTH, MOUNT_MAX_FOLDERS, POLL_MAX_FOLDERS, MountWatcher
@@ -164,7 +164,7 @@ async def test_a_token_file_reached_through_a_symlink_is_refused(linked: tuple[P
         assert f"the token file {path} is a symbolic link (to {target})" in str(caught.value)
         assert f"mv {target} {path}" in str(caught.value)
     assert path.is_symlink() and target.exists()  # nothing written through or over the link
-    assert await StaticTokenVerifier(TokenStore(path)).verify_token(token) is None  # the server fails closed
+    assert await BearerVerifier(TokenStore(path)).verify_token(token) is None  # the server fails closed
 
 
 @posix_only

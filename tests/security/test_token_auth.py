@@ -22,7 +22,7 @@ import pytest
 
 from astrid.host.auth.tokens import TokenStore
 from astrid.host.errors import TokenError
-from astrid.host.mcp.auth import BearerVerifier, StaticTokenVerifier
+from astrid.host.mcp.auth import BearerVerifier
 from astrid.host.settings import CONFIG_DIR_ENV
 from astrid.host.toolpaths import tool_path
 
@@ -60,7 +60,7 @@ async def test_the_server_refuses_every_token_while_the_file_is_open_to_others(
     store: TokenStore, token_file: Path
 ) -> None:
     token = store.add("alice")
-    verifier = StaticTokenVerifier(TokenStore(token_file))
+    verifier = BearerVerifier(TokenStore(token_file))
     assert await verifier.verify_token(token) is not None
     token_file.chmod(0o666)
     assert await verifier.verify_token(token) is None  # fail closed, no exception into the transport
@@ -143,7 +143,7 @@ async def test_a_revoked_token_stops_verifying_in_a_running_server(tmp_path: Pat
         return subprocess.run([tool_path("astrid"), "mcp", "token", *args], capture_output=True, text=True, env=env)
 
     token = astrid("add", "alice").stdout.strip()
-    server = StaticTokenVerifier(TokenStore(config / "tokens.json"))  # started before the revoke
+    server = BearerVerifier(TokenStore(config / "tokens.json"))  # started before the revoke
     assert (await server.verify_token(token)) is not None
     assert astrid("revoke", "alice").returncode == 0
     assert await server.verify_token(token) is None

@@ -12,7 +12,7 @@ from mcp.server.auth.provider import AccessToken, TokenVerifier
 from astrid.host.auth.principal import BearerIdentity
 from astrid.host.auth.tokens import TokenStore
 from astrid.host.errors import TokenError
-from astrid.host.mcp.auth import BearerVerifier, StaticTokenVerifier
+from astrid.host.mcp.auth import BearerVerifier
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +92,7 @@ async def test_a_failing_source_refuses_and_logs_once(caplog: pytest.LogCaptureF
 async def test_static_token_verifier_over_the_token_file(tmp_path: Path) -> None:
     store = TokenStore(tmp_path / "tokens.json")
     token = store.add("alice")
-    verifier = StaticTokenVerifier(store)
+    verifier = BearerVerifier(store)
     access = await verifier.verify_token(token)
     assert access is not None and access.client_id == access.subject == "alice"
     store.revoke("alice")

@@ -8,8 +8,13 @@ import subprocess
 
 import pytest
 
-from astrid.host.mcp.stdio import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, _Pending, screen
+from astrid.host.mcp.stdio import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, _Pending, inspect_line
 from astrid.host.toolpaths import tool_path
+
+
+def screen(line: str) -> dict | None:
+    """The error response the screen gives a raw line, or None when it passes it on."""
+    return inspect_line(line)[0]
 
 
 @pytest.mark.parametrize(
