@@ -33,6 +33,7 @@ from astrid.host.broker import Broker
 from astrid.host.broker.direct import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
 from astrid.host.bus.nats import NatsBus
+from astrid.host.capabilities.kv_nats import NatsKvStore
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.topics import (
@@ -166,6 +167,8 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
         ).connect()
 
     kernel_config.bus_factory = nats_bus
+    # state every replica sees: JetStream key-value on the same server (docs/nats.md)
+    kernel_config.kv_factory = NatsKvStore
     kernel = Kernel(kernel_config)
     bus = kernel.bus
     assert isinstance(bus, NatsBus)

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NoReturn
@@ -180,13 +180,17 @@ class InMemoryBus:
         message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq), data)
         return self._deliver(message)
 
-    def _deliver(self, message: Message) -> InMemoryDelivery:
+    def _deliver(self, message: Message, only: Callable[[str], bool] | None = None) -> InMemoryDelivery:
         """Hand a stamped message (published here, or on another host's bus) to the
-        matching subscriptions and handlers."""
+        matching subscriptions and handlers; `only(source_id)` False leaves that
+        participant out (a NATS queue group delivers a request to one replica)."""
         with self._lock:
             self.stats.published += 1  # every message this bus delivered
             subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
             bindings = [b for b in self._bindings if pattern_matches(b.pattern, message.topic)]
+        if only is not None:
+            subscriptions = [s for s in subscriptions if only(s.owner.source_id)]
+            bindings = [b for b in bindings if only(b.owner.source_id)]
         # Outside the lock: `may_receive` may read a capsule's grants file.
         runs = [
             (b, message) for b in bindings if (b.accepts is None or b.accepts(message)) and b.owner.may_receive(message)

@@ -24,7 +24,20 @@ costs at most the waiter's window. Hosts announce themselves every
 `HEARTBEAT_S` on the heartbeat topic (with their capsule set); one
 silent for `HOST_TIMEOUT_S` is gone. A host appearing, leaving or changing
 its capsule set calls `on_membership_change` (the composition root
-re-announces capsule sets, so clients get list_changed).
+re-announces capsule sets, so clients get list_changed) only when the set of
+capsules served changes: a replica joining or leaving changes nothing a client sees.
+
+Replicas: a capsule host subscribes to the requests once per capsule it
+runs, in a NATS queue group named by the capsule's source-id (its name and
+build digest), so the same capsule on several hosts forms one group and
+each request reaches one replica of it. Its handlers alone get what came
+through its group; a plain subscription brings the rest (host participants
+outside any group). The receiving replica claims the request at once and
+reports when done, per group; the publisher waits for every group its live
+hosts announce. A claim whose host stops answering pings (`PONG_WAIT_S`), or a
+group nobody claimed within `UNCLAIMED_S`, is published once more for that
+group alone (`H_RETRY`): a replica dying mid-request costs about a second,
+inside the read window.
 
 nats-py is asyncio-only: one event-loop thread owns the connection; the
 rest of the host calls in with `run_coroutine_threadsafe`, and nothing slow
@@ -57,6 +70,10 @@ HEARTBEAT_S = 1.0
 HOST_TIMEOUT_S = 3.5
 CONNECT_TIMEOUT_S = 5.0
 REPORT_WAIT_S = 10.0  # how long a host waits for its own handlers before reporting anyway
+WATCH_S = 0.1  # how often the publisher looks at claimed requests still running
+PROBE_AFTER_S = 0.3  # a claim older than this: ping its host
+PONG_WAIT_S = 0.6  # a pinged host silent this long is taken for dead: its claims are retried
+UNCLAIMED_S = 0.8  # a group nobody claimed by then (its replica died on receipt): retried
 
 # The envelope, in NATS headers.
 H_SOURCE, H_KIND, H_NAME, H_TIME, H_HOST, H_MSG = (
@@ -67,6 +84,7 @@ H_SOURCE, H_KIND, H_NAME, H_TIME, H_HOST, H_MSG = (
     "astrid-host",
     "astrid-message",
 )
+H_RETRY = "astrid-retry-group"  # a request published again for one group (a replica died)
 
 
 def subject_for(pattern: str) -> str:
@@ -103,12 +121,24 @@ class ClusterTopics:
     heartbeat: str
     done_prefix: str  # + the asking host's id
 
+    @property
+    def ping_prefix(self) -> str:
+        """+ a host's id: is it still there? (it answers on the asker's done topic)"""
+        return self.heartbeat.rpartition(".")[0] + ".ping."
+
 
 @dataclass
 class _Host:
     role: str
     capsules: tuple[str, ...]
     seen: float
+    groups: frozenset[str] = frozenset()  # the queue groups it serves requests in
+
+
+@dataclass
+class _Claim:
+    host: str
+    at: float
 
 
 @dataclass
@@ -119,6 +149,18 @@ class _Tracked:
     expected: frozenset[str] = frozenset()  # the source-ids the live hosts said they run
     reached: set[str] = field(default_factory=set)  # what the reports said
     done: threading.Event = field(default_factory=threading.Event)
+    groups: set[str] = field(default_factory=set)  # the queue groups still owing a report
+    claims: dict[str, _Claim] = field(default_factory=dict)  # group -> the replica running it
+    retried: set[str] = field(default_factory=set)  # groups already published again (once each)
+    started: float = field(default_factory=time.monotonic)
+    resend: tuple[str, str, dict[str, str]] | None = None  # topic, payload, headers: for a retry
+
+    def settle(self) -> bool:
+        """Set done when nothing is owed any more; True then."""
+        if not self.waiting and not self.groups:
+            self.done.set()
+            return True
+        return False
 
 
 class ClusterDelivery:
@@ -189,6 +231,12 @@ class NatsBus(InMemoryBus):
         self._hosts: dict[str, _Host] = {}
         self._sources: dict[str, str] = {}  # a remote participant's source-id -> the host it speaks from
         self._pending: dict[str, _Tracked] = {}
+        # the requests this host hears, in one queue group per capsule (replicas share the load)
+        self._group_patterns = tuple(p for p in self.listen if p in self.tracked)
+        self._groups: dict[str, list[Any]] = {}  # group (source-id) -> its NATS subscriptions
+        self._grouped: frozenset[str] = frozenset()
+        self._contact: dict[str, float] = {}  # host -> when it was last heard from
+        self._pinged: dict[str, float] = {}  # host -> when it was last pinged
         self._state_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="astrid-nats", daemon=True)
@@ -233,6 +281,8 @@ class NatsBus(InMemoryBus):
         await self._connection.subscribe(subject_for(self.cluster.pattern), cb=self._on_nats_message)
         await self._connection.flush()
         self._loop.create_task(self._heartbeat())
+        if self.tracked:
+            self._loop.create_task(self._watch_claims())
 
     def close(self) -> None:
         if self._closed:
@@ -263,6 +313,8 @@ class NatsBus(InMemoryBus):
 
     async def _goodbye(self) -> None:
         if self._connection.is_connected:
+            # out of every queue group first: what the others publish again on our goodbye must reach a replica
+            await self._sync_groups(set())
             leaving = {"host": self.host_id, "role": self.role, "leaving": True}
             await self._send(self.cluster.heartbeat, json.dumps(leaving), {H_HOST: self.host_id})
             await self._connection.drain()
@@ -278,6 +330,19 @@ class NatsBus(InMemoryBus):
 
     async def _on_reconnected(self) -> None:
         log.info("NATS: reconnected to %s", _shown(self.url))
+
+    def call(self, coroutine: Any, timeout_s: float) -> Any:
+        """Run a coroutine on the NATS loop and wait for its result (from any other thread)."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def jetstream(self) -> Any:
+        """The connection's JetStream context (on the NATS loop only)."""
+        return self._connection.jetstream()
 
     @property
     def connected(self) -> bool:
@@ -302,6 +367,8 @@ class NatsBus(InMemoryBus):
             H_HOST: self.host_id,
             H_MSG: message_id,
         }
+        if tracked is not None and tracked.groups:
+            tracked.resend = (topic, payload, headers)
         asyncio.run_coroutine_threadsafe(self._send(topic, payload, headers), self._loop)
         return ClusterDelivery(local, tracked)
 
@@ -317,11 +384,9 @@ class NatsBus(InMemoryBus):
             announced = {entry.rpartition("@")[2] for seen in capsule_hosts.values() for entry in seen.capsules}
             heard = {source for source, host in self._sources.items() if host in capsule_hosts}
             expected = frozenset(announced | heard)
-            tracked = _Tracked(set(capsule_hosts), expected)
-            waiting = tracked.waiting
-            if not waiting:
-                tracked.done.set()
-            else:
+            groups = {group for seen in capsule_hosts.values() for group in seen.groups}
+            tracked = _Tracked(set(capsule_hosts), expected, groups=groups)
+            if not tracked.settle():
                 self._pending[message_id] = tracked
                 if len(self._pending) > 4096:  # reports that never came (a host died): forget the oldest
                     self._pending.pop(next(iter(self._pending)))
@@ -329,30 +394,50 @@ class NatsBus(InMemoryBus):
 
     # -- receiving from the other hosts ----------------------------------------------------
 
-    async def _on_nats_message(self, msg: Any) -> None:
+    async def _on_nats_message(self, msg: Any, group: str | None = None) -> None:
+        """A message from NATS; `group`: it came through that capsule's queue group."""
         headers = msg.headers or {}
         origin = headers.get(H_HOST)
         if origin == self.host_id:
             return  # our own publish, already delivered here
         topic = msg.subject  # topics are concrete: subject and topic are the same text
-        if topic == self.cluster.heartbeat:
-            self._on_heartbeat(msg.data)
-            return
-        if topic.startswith(self.cluster.done_prefix):
-            if topic == self.cluster.done_prefix + self.host_id:
-                self._on_done(msg.data)
-            return
+        if group is None:
+            if topic == self.cluster.heartbeat:
+                self._on_heartbeat(msg.data)
+                return
+            if topic.startswith(self.cluster.done_prefix):
+                if topic == self.cluster.done_prefix + self.host_id:
+                    self._on_done(msg.data)
+                return
+            if topic.startswith(self.cluster.ping_prefix):
+                if topic == self.cluster.ping_prefix + self.host_id and origin:
+                    pong = json.dumps({"pong": True, "host": self.host_id})
+                    await self._send(self.cluster.done_prefix + origin, pong, {H_HOST: self.host_id})
+                return
         if self._is_local_only(topic) or origin is None:
             return
+        retry = headers.get(H_RETRY)
+        if retry is not None and retry != group:
+            return  # published again for another capsule's group only
         message = self._remote_message(topic, msg.data, headers)
         if message is None:
             return
         with self._state_lock:
             self._sources[message.source_id] = origin
-        delivery = self._deliver(message)  # as stamped by its host: its ACL was checked there
-        if self._is_tracked(topic) and headers.get(H_MSG):
+        tracked = self._is_tracked(topic) and headers.get(H_MSG)
+        if group is not None and tracked:  # claim it first: the asker retries it if we die mid-way
+            claim = json.dumps({"message": headers[H_MSG], "host": self.host_id, "group": group, "claim": True})
+            await self._send(self.cluster.done_prefix + origin, claim, {H_HOST: self.host_id})
+        grouped = self._grouped
+        # as stamped by its host (its ACL was checked there); a group's message to that capsule alone
+        only = (lambda source: source == group) if group is not None else (lambda source: source not in grouped)
+        delivery = self._deliver(message, only)
+        if tracked:
             threading.Thread(
-                target=self._report, args=(delivery, origin, headers[H_MSG]), name="astrid-nats-report", daemon=True
+                target=self._report,
+                args=(delivery, origin, headers[H_MSG], group),
+                name="astrid-nats-report",
+                daemon=True,
             ).start()
 
     def _remote_message(self, topic: str, data: bytes, headers: dict[str, str]) -> Message | None:
@@ -377,28 +462,97 @@ class NatsBus(InMemoryBus):
             return None
         return Message(topic, payload, source, principal, headers.get(H_TIME) or "", 0)
 
-    def _report(self, delivery: InMemoryDelivery, origin: str, message_id: str) -> None:
+    def _report(self, delivery: InMemoryDelivery, origin: str, message_id: str, group: str | None = None) -> None:
         delivery.wait(REPORT_WAIT_S)
-        report = json.dumps({"message": message_id, "host": self.host_id, "reached": sorted(delivery.reached)})
-        asyncio.run_coroutine_threadsafe(
-            self._send(self.cluster.done_prefix + origin, report, {H_HOST: self.host_id}), self._loop
+        report = json.dumps(
+            {"message": message_id, "host": self.host_id, "reached": sorted(delivery.reached), "group": group}
         )
+        if self._closed:
+            return  # a handler that outlived the connection: nobody to tell
+        try:
+            asyncio.run_coroutine_threadsafe(
+                self._send(self.cluster.done_prefix + origin, report, {H_HOST: self.host_id}), self._loop
+            )
+        except RuntimeError:  # the loop closed meanwhile
+            pass
 
     def _on_done(self, data: bytes) -> None:
         try:
             report = json.loads(data)
-            message_id, host, reached = report["message"], report["host"], report["reached"]
-        except (ValueError, KeyError, TypeError):
+            host = report["host"]
+            if not isinstance(host, str):
+                return
+            now = time.monotonic()
+            if report.get("pong"):
+                with self._state_lock:
+                    self._contact[host] = now
+                return
+            message_id, group = report["message"], report.get("group")
+            reached = () if report.get("claim") else report["reached"]
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
         with self._state_lock:
+            self._contact[host] = now
             tracked = self._pending.get(message_id)
-            if tracked is None or host not in tracked.waiting:
+            if tracked is None:
                 return
-            tracked.waiting.discard(host)
+            if group is None:
+                if host not in tracked.waiting:
+                    return
+                tracked.waiting.discard(host)
+            elif group not in tracked.groups:
+                return
+            elif report.get("claim"):
+                tracked.claims[group] = _Claim(host, now)
+                return
+            else:
+                tracked.groups.discard(group)
             tracked.reached.update(r for r in reached if isinstance(r, str))
-            if not tracked.waiting:
+            if tracked.settle():
                 self._pending.pop(message_id, None)
-                tracked.done.set()
+
+    # -- replicas: a request whose replica died is published again for its group ------------
+
+    async def _watch_claims(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(WATCH_S)
+            try:
+                self._check_claims()
+            except Exception:  # never let the watch die
+                log.exception("NATS: the replica watch failed")
+
+    def _check_claims(self) -> None:
+        now = time.monotonic()
+        ping: set[str] = set()
+        with self._state_lock:
+            for tracked in list(self._pending.values()):
+                for group in list(tracked.groups):
+                    claim = tracked.claims.get(group)
+                    if claim is None:
+                        if now - tracked.started > UNCLAIMED_S and group not in tracked.retried:
+                            self._retry(tracked, group)
+                        continue
+                    if now - claim.at < PROBE_AFTER_S:
+                        continue
+                    pinged = self._pinged.get(claim.host)
+                    heard = self._contact.get(claim.host, 0.0)
+                    if pinged is not None and heard < pinged and now - pinged > PONG_WAIT_S:
+                        log.warning("NATS: host %s stopped answering mid-request; retrying elsewhere", claim.host[:8])
+                        self._retry(tracked, group)
+                    elif pinged is None or heard >= pinged:
+                        ping.add(claim.host)  # not pinged yet, or it answered the last ping: ask again
+        for host in ping:
+            self._pinged[host] = now
+            self._loop.create_task(self._send(self.cluster.ping_prefix + host, "{}", {H_HOST: self.host_id}))
+
+    def _retry(self, tracked: _Tracked, group: str) -> None:
+        """Publish a request again for one group, once (call under the state lock, on the loop)."""
+        tracked.claims.pop(group, None)
+        if group in tracked.retried or tracked.resend is None:
+            return
+        tracked.retried.add(group)
+        topic, payload, headers = tracked.resend
+        asyncio.run_coroutine_threadsafe(self._send(topic, payload, {**headers, H_RETRY: group}), self._loop)
 
     # -- membership ----------------------------------------------------------------------
 
@@ -409,44 +563,87 @@ class NatsBus(InMemoryBus):
                 capsules = sorted(await asyncio.wait_for(asyncio.to_thread(self.capsule_set), HEARTBEAT_S / 2))
             except Exception:
                 pass
-            beat = {"host": self.host_id, "role": self.role, "capsules": capsules}
-            if self._connection.is_connected:
+            if self._closed:
+                break  # closing began while we waited: no beat (nor groups) after the goodbye
+            if self._group_patterns and self._connection.is_connected:
+                await self._sync_groups({entry.rpartition("@")[2] for entry in capsules})
+            beat = {"host": self.host_id, "role": self.role, "capsules": capsules, "groups": sorted(self._grouped)}
+            if self._connection.is_connected and not self._closed:
                 await self._send(self.cluster.heartbeat, json.dumps(beat), {H_HOST: self.host_id})
             self._expire()
             await asyncio.sleep(HEARTBEAT_S)
+
+    async def _sync_groups(self, wanted: set[str]) -> None:
+        """One queue group per capsule run here, named by its source-id (name and build digest)."""
+        if self._closed:
+            wanted = set()  # leaving: out of every group, never back in
+        for group in sorted(wanted - self._groups.keys()):
+            subscriptions = []
+            for pattern in self._group_patterns:
+
+                async def through_group(msg: Any, group: str = group) -> None:
+                    await self._on_nats_message(msg, group)
+
+                subscriptions.append(
+                    await self._connection.subscribe(subject_for(pattern), queue=group, cb=through_group)
+                )
+            self._groups[group] = subscriptions
+        gone = set(self._groups) - wanted
+        # the group set changes before the old subscriptions go: a request in between may reach a
+        # capsule twice (the broker keeps one reply), never not at all
+        self._grouped = frozenset(wanted)
+        for group in gone:
+            for subscription in self._groups.pop(group):
+                try:
+                    await subscription.unsubscribe()
+                except Exception:
+                    pass
+        await self._connection.flush()
 
     def _on_heartbeat(self, data: bytes) -> None:
         try:
             beat = json.loads(data)
             host, role = beat["host"], beat["role"]
+            groups = frozenset(g for g in beat.get("groups") or () if isinstance(g, str))
         except (ValueError, KeyError, TypeError):
             return
-        changed = False
         with self._state_lock:
-            known = self._hosts.get(host)
+            before = self._served()
+            self._contact[host] = time.monotonic()
             if beat.get("leaving"):
-                changed = self._hosts.pop(host, None) is not None
+                self._hosts.pop(host, None)
                 self._release(host)
                 self._sources = {source: seen for source, seen in self._sources.items() if seen != host}
             else:
                 capsules = tuple(beat.get("capsules") or ())
-                changed = known is None or known.capsules != capsules
-                self._hosts[host] = _Host(role, capsules, time.monotonic())
-        if changed:
+                known = self._hosts.get(host)
+                self._hosts[host] = _Host(role, capsules, time.monotonic(), groups)
+                if known is not None and known.groups != groups:
+                    self._prune_groups()
+            changed = self._served() != before
+        if changed:  # the capsules served changed (a replica more or less changes nothing)
             log.info("NATS: host %s (%s) %s", host[:8], role, "left" if beat.get("leaving") else "changed or joined")
             self._membership_changed()
+
+    def _served(self) -> frozenset[str]:
+        """Every capsule the live hosts run (call under the state lock)."""
+        return frozenset(entry for seen in self._live_hosts().values() for entry in seen.capsules)
 
     def _expire(self) -> None:
         now = time.monotonic()
         with self._state_lock:
+            before = frozenset(entry for seen in self._hosts.values() for entry in seen.capsules)
             gone = [host for host, seen in self._hosts.items() if now - seen.seen > HOST_TIMEOUT_S]
             for host in gone:
                 del self._hosts[host]
+                self._contact.pop(host, None)
+                self._pinged.pop(host, None)
                 self._release(host)
             self._sources = {source: host for source, host in self._sources.items() if host in self._hosts}
+            changed = self._served() != before
         for host in gone:
             log.warning("NATS: host %s stopped its heartbeat; treating it as gone", host[:8])
-        if gone:
+        if changed:
             self._membership_changed()
 
     def _membership_changed(self) -> None:
@@ -454,12 +651,22 @@ class NatsBus(InMemoryBus):
         threading.Thread(target=self.on_membership_change, name="astrid-nats-members", daemon=True).start()
 
     def _release(self, host: str) -> None:
-        """A host is gone: no round waits for its report any more (call under the state lock)."""
-        for message_id, tracked in list(self._pending.items()):
+        """A host is gone: no round waits for its report any more, and what it claimed
+        goes to another replica (call under the state lock, after dropping the host)."""
+        for tracked in self._pending.values():
             tracked.waiting.discard(host)
-            if not tracked.waiting:
+            for group, claim in list(tracked.claims.items()):
+                if claim.host == host:
+                    self._retry(tracked, group)
+        self._prune_groups()
+
+    def _prune_groups(self) -> None:
+        """No round waits for a group no live host serves any more (call under the state lock)."""
+        served = {group for seen in self._live_hosts().values() if seen.role == "capsules" for group in seen.groups}
+        for message_id, tracked in list(self._pending.items()):
+            tracked.groups &= served
+            if tracked.settle():
                 self._pending.pop(message_id, None)
-                tracked.done.set()
 
     def _live_hosts(self) -> dict[str, _Host]:
         now = time.monotonic()

@@ -21,6 +21,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +119,16 @@ def unexpected(import_name: str, exc: Exception) -> Variant:
 
 
 class HostAbi:
-    def __init__(self, engine: Any, bus: Bus, grants: GrantStore, kv_path: Path, *, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        bus: Bus,
+        grants: GrantStore,
+        kv_path: Path,
+        *,
+        quiet: bool = False,
+        kv_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.bus = bus
         self.quiet = quiet  # the capsules' log lines at debug level only (a tool's one call: `oneshot`)
         self._instances: dict[int, Instance] = {}
@@ -142,7 +152,7 @@ class HostAbi:
                 sys_.add_func("log", self._log)
                 sys_.add_func("get-config", self._get_config)
                 sys_.add_func("clock-ms", self._clock_ms)
-            self.capabilities = CapabilityAbi(grants, kv_path, self._instance)
+            self.capabilities = CapabilityAbi(grants, kv_path, self._instance, kv_factory)
             self.capabilities.link(root)
 
     # -- instance registry ---------------------------------------------------

@@ -79,11 +79,18 @@ def error_value(interface: str, exc: BaseException) -> Variant:
 class CapabilityAbi:
     """Serves the three capability interfaces; `instance_of(store)` finds the calling sandbox."""
 
-    def __init__(self, grants: GrantStore, kv_path: Path, instance_of: Callable[[Any], Instance]) -> None:
+    def __init__(
+        self,
+        grants: GrantStore,
+        kv_path: Path,
+        instance_of: Callable[[Any], Instance],
+        kv_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.grants = grants
         self.kv_path = kv_path
+        self.kv_factory = kv_factory  # None: the SQLite file at kv_path (else: shared state on NATS)
         self._instance_of = instance_of
-        self._kv: KvStore | None = None
+        self._kv: Any = None  # a KvStore, or the factory's (same namespace interface)
         self._gateways: dict[tuple[str, tuple[Any, ...]], HttpGateway] = {}
         self._lock = threading.Lock()
 
@@ -151,10 +158,10 @@ class CapabilityAbi:
             raise CapabilityError("capability-denied", "kv state is per principal: this call has no verified principal")
         return self._kv_store().namespace(principal, name)
 
-    def _kv_store(self) -> KvStore:
+    def _kv_store(self) -> Any:
         with self._lock:
             if self._kv is None:
-                self._kv = KvStore(self.kv_path)
+                self._kv = self.kv_factory() if self.kv_factory is not None else KvStore(self.kv_path)
             return self._kv
 
     def _fetch(self, instance: Instance, request: Any) -> Any:

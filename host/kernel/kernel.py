@@ -72,6 +72,8 @@ class KernelConfig:
     # The bus, given the kernel's dispatcher and the payload cap; None: an InMemoryBus
     # (a NatsBus joins other hosts: docs/nats.md).
     bus_factory: Callable[[Dispatcher, int], InMemoryBus] | None = None
+    # The kv store, given the bus; None: the SQLite file (`kv_file`). On NATS: shared state (docs/nats.md).
+    kv_factory: Callable[[InMemoryBus], object] | None = None
     # Who a capsule folder is (its signature checked against the trust store) before it is
     # loaded; None: every capsule is local and unsigned. `vet_epoch` changes whenever the
     # answer may (the trust file changed): every folder is then checked again on reload.
@@ -127,7 +129,14 @@ class Kernel:
         make_bus = self.config.bus_factory or (lambda dispatcher, cap: InMemoryBus(dispatcher, max_payload_bytes=cap))
         self.bus = make_bus(self.dispatcher, self.limits.bus_message_bytes)
         self.grants = GrantStore(self.config.grants_file or default_grants_file())
-        self.abi = HostAbi(self.wasm.engine, self.bus, self.grants, self.config.kv_file or default_kv_file())
+        kv_factory = self.config.kv_factory
+        self.abi = HostAbi(
+            self.wasm.engine,
+            self.bus,
+            self.grants,
+            self.config.kv_file or default_kv_file(),
+            kv_factory=(lambda: kv_factory(self.bus)) if kv_factory is not None else None,
+        )
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
         self._provenance: dict[str, Provenance] = {}  # who each served capsule is, by source-id

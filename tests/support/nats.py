@@ -50,8 +50,10 @@ class NatsServer:
         return f"nats://{role}:{self.users[role]}@127.0.0.1:{self.port}"
 
 
-def _config(port: int, users: dict[str, str], extra_users: list[dict]) -> str:
+def _config(port: int, users: dict[str, str], extra_users: list[dict], store_dir: Path | None = None) -> str:
     lines = [f"listen: 127.0.0.1:{port}"]
+    if store_dir is not None:  # JetStream (shared kv state), and room for a 1 MiB kv value and its headers
+        lines += [f'jetstream {{ store_dir: "{store_dir}" }}', "max_payload: 2MB"]
     if users or extra_users:
         entries = [json.dumps(entry) for entry in extra_users]
         for role, password in users.items():
@@ -78,14 +80,21 @@ def stop_nats_on(port: int) -> None:
 
 @contextmanager
 def nats_server(
-    tmp_path: Path, *, secured: bool = False, port: int | None = None, extra_users: list[dict] | None = None
+    tmp_path: Path,
+    *,
+    secured: bool = False,
+    port: int | None = None,
+    extra_users: list[dict] | None = None,
+    jetstream: bool = False,
 ) -> Iterator[NatsServer]:
     """nats-server on loopback; `secured`: users `mcp` and `capsules` with the role permissions;
-    `extra_users`: more `authorization` entries (e.g. from `astrid host nats-permissions`)."""
+    `extra_users`: more `authorization` entries (e.g. from `astrid host nats-permissions`);
+    `jetstream`: with JetStream on (-js), as shared kv state needs."""
     users = {"mcp": "mcp-secret", "capsules": "capsules-secret"} if secured else {}
     port = port or free_port()
     config = tmp_path / f"nats-{port}.conf"
-    config.write_text(_config(port, users, extra_users or []))
+    store_dir = tmp_path / f"jetstream-{port}" if jetstream else None
+    config.write_text(_config(port, users, extra_users or [], store_dir))
     process = subprocess.Popen(
         [nats_server_path(), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
