@@ -4,14 +4,20 @@ The bundled `files` capsule serves a granted folder (reads see edits at once,
 a new file reaches a connected client as list_changed); the `counter` test
 capsule keeps per-principal state in kv (it survives a restart, principals
 never share it) and shows what a call without a grant gets.
+
+Resource subscriptions (docs/contract.md §11): a subscribed file's URI is
+updated when the file changes; the counter's `ctx.updated` after a kv write
+reaches its principal's subscribers only, over stdio and HTTP.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import mcp.types as types
 import pytest
 
 from astrid.capsules import CAPSULES_DIR
@@ -19,6 +25,7 @@ from astrid.host.capabilities.grants import GrantStore
 from astrid.host.settings import CONFIG_DIR_ENV, DATA_DIR_ENV
 from tests.e2e.builds import TEST_CAPSULES
 from tests.support.capsules import build_clean
+from tests.support.http import http_server, http_session, text_of
 from tests.support.processes import server_env
 from tests.support.stdio import stdio_session
 
@@ -109,3 +116,111 @@ async def test_a_call_without_the_grant_is_refused_naming_the_command(
         assert await served.text("astrid://counter/note") == "not for counter"
         store.revoke("counter", "fs:notes")
         assert (await served.text("astrid://counter/note")).startswith("NotGranted")
+
+
+# -- resource subscriptions (docs/contract.md §11) -----------------------------------------------
+
+UPDATE_WITHIN_S = 2.0  # the issue's bound: one poll of the granted folder, then the bus
+
+
+def updates_of(served, uri: str) -> int:
+    return sum(isinstance(n, types.ResourceUpdatedNotification) and n.params.uri == uri for n in served.notifications)
+
+
+async def subscribe(session, uri: str, *, on: bool = True) -> None:
+    with anyio.fail_after(30), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the SDK marks resources/subscribe deprecated (2026-07-28 listens)
+        await (session.subscribe_resource(uri) if on else session.unsubscribe_resource(uri))
+
+
+async def until(predicate, timeout_s: float) -> None:
+    with anyio.fail_after(timeout_s):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+async def test_a_subscribed_file_is_updated_once_when_it_changes_and_no_more_once_unsubscribed(
+    built, user, capsule_home, tmp_path, stderr_file
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "today.md").write_text("buy milk\n")
+    (notes / "other.md").write_text("other\n")
+    grants(user).grant("files", f"fs:files={notes}")
+    env = server_env(capsule_home, **user)
+    today = "astrid://files/today.md"
+    async with stdio_session(built["files"], capsule_home=capsule_home, stderr=stderr_file, env=env) as served:
+        resources = served.init.capabilities.resources
+        assert resources is not None and resources.subscribe is True
+        await subscribe(served.session, today)
+        assert await served.text(today) == "buy milk\n"  # the read tells the host which file it is
+
+        (notes / "other.md").write_text("other, changed\n")  # a file the read never touched
+        (notes / "today.md").write_text("buy bread and milk\n")
+        await until(lambda: updates_of(served, today) == 1, UPDATE_WITHIN_S + 1.0)  # + the process's lag
+        assert await served.text(today) == "buy bread and milk\n"
+        await anyio.sleep(1.5)  # a later poll finds nothing new: still exactly one
+        assert updates_of(served, today) == 1
+        assert not any(
+            isinstance(n, types.ResourceUpdatedNotification) and n.params.uri != today for n in served.notifications
+        )
+
+        await subscribe(served.session, today, on=False)
+        (notes / "today.md").write_text("nothing to buy\n")
+        await anyio.sleep(2.5)
+        assert updates_of(served, today) == 1
+        assert await served.text(today) == "nothing to buy\n"
+
+
+async def test_a_capsule_update_after_a_kv_write_reaches_its_subscriber_over_stdio(
+    built, user, capsule_home, stderr_file
+) -> None:
+    grants(user).grant("counter", "kv")
+    env = server_env(capsule_home, **user)
+    hits = "astrid://counter/hits"
+    async with stdio_session(built["counter"], capsule_home=capsule_home, stderr=stderr_file, env=env) as served:
+        await subscribe(served.session, hits)
+        assert await served.text(hits) == "0"
+        assert await served.text("astrid://counter/bump") == "1"
+        await until(lambda: updates_of(served, hits) == 1, UPDATE_WITHIN_S)
+        assert await served.text(hits) == "1"
+        assert updates_of(served, "astrid://counter/bump") == 0  # not subscribed
+
+
+async def test_a_capsule_update_reaches_only_its_principals_sessions_over_http(
+    built, user, capsule_home, tmp_path
+) -> None:
+    grants(user).grant("counter", "kv")
+    hits = "astrid://counter/hits"
+    seen: dict[str, list[str]] = {"alice": [], "bob": []}
+
+    def recorder(name: str):
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                seen[name].append(message.params.uri)
+
+        return on_message
+
+    with http_server(built["counter"], capsule_home=capsule_home, token_dir=tmp_path, env=user) as served:
+        alice, bob = served.add_token("alice"), served.add_token("bob")
+        async with (
+            http_session(served.url, alice, message_handler=recorder("alice")) as alice_session,
+            http_session(served.url, bob, message_handler=recorder("bob")) as bob_session,
+        ):
+            for session in (alice_session, bob_session):
+                await subscribe(session, hits)
+            with anyio.fail_after(30):
+                assert text_of(await alice_session.read_resource("astrid://counter/bump")) == "1"
+            await until(lambda: seen["alice"] == [hits], UPDATE_WITHIN_S)
+            with anyio.fail_after(30):
+                assert text_of(await alice_session.read_resource(hits)) == "1"
+                assert text_of(await bob_session.read_resource(hits)) == "0"  # bob's count is his own
+            await anyio.sleep(1.0)
+            assert seen == {"alice": [hits], "bob": []}  # bob's session heard nothing of alice's change
+
+            await subscribe(alice_session, hits, on=False)
+            with anyio.fail_after(30):
+                assert text_of(await bob_session.read_resource("astrid://counter/bump")) == "1"
+            await until(lambda: seen["bob"] == [hits], UPDATE_WITHIN_S)
+            await anyio.sleep(0.5)
+            assert seen["alice"] == [hits]

@@ -55,7 +55,7 @@ def error_for(server: RawServer, line: str | bytes, request_id: object) -> dict:
 def test_unknown_methods_are_method_not_found(server):
     calls = (
         (101, "no/such/method", {}),
-        (102, "resources/subscribe", {"uri": "astrid://docs/index"}),  # not offered (docs/contract.md §6)
+        (102, "logging/setLevel", {"level": "info"}),  # not offered (resources/subscribe is now: §11)
         (103, "tools/call", {"name": "x", "arguments": {}}),
         (104, "prompts/get", {"name": "x"}),
     )

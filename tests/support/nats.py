@@ -17,14 +17,15 @@ import anyio
 
 from tests.support.processes import astrid_exe, free_port, server_env, stop
 
-# Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer.
+# Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer
+# (and announce resource updates).
 ROLE_PERMISSIONS = {
     "mcp": {
         "publish": ["resource.v1.request.>", "astrid.v1.host.>"],
-        "subscribe": ["resource.v1.response.>", "astrid.v1.host.>", "_INBOX.>"],
+        "subscribe": ["resource.v1.response.>", "resource.v1.event.>", "astrid.v1.host.>", "_INBOX.>"],
     },
     "capsules": {
-        "publish": ["resource.v1.response.>", "astrid.v1.host.>"],
+        "publish": ["resource.v1.response.>", "resource.v1.event.>", "astrid.v1.host.>"],
         "subscribe": ["resource.v1.request.>", "astrid.v1.host.>", "_INBOX.>"],
     },
 }
