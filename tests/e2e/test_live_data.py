@@ -17,8 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx2
 import mcp.types as types
 import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ResourceUpdated
 
 from astrid.capsules import CAPSULES_DIR
 from astrid.host.capabilities.grants import GrantStore
@@ -26,6 +30,7 @@ from astrid.host.settings import CONFIG_DIR_ENV, DATA_DIR_ENV
 from tests.e2e.builds import TEST_CAPSULES
 from tests.support.capsules import build_clean
 from tests.support.http import http_server, http_session, text_of
+from tests.support.nats import capsule_host, eventually_listed, nats_server
 from tests.support.processes import server_env
 from tests.support.stdio import stdio_session
 
@@ -224,3 +229,61 @@ async def test_a_capsule_update_reaches_only_its_principals_sessions_over_http(
             await until(lambda: seen["bob"] == [hits], UPDATE_WITHIN_S)
             await anyio.sleep(0.5)
             assert seen["alice"] == [hits]
+
+
+async def test_a_2026_07_28_listen_stream_hears_a_capsule_update_over_http(built, user, capsule_home, tmp_path) -> None:
+    grants(user).grant("counter", "kv")
+    hits = "astrid://counter/hits"
+    with http_server(built["counter"], capsule_home=capsule_home, token_dir=tmp_path, env=user) as served:
+        token = served.add_token("carol")
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            transport = streamable_http_client(served.url, http_client=http)
+            with anyio.fail_after(30):
+                async with Client(transport, mode="2026-07-28") as client:
+                    with pytest.raises(MCPError) as caught:  # only what carol could read
+                        async with client.listen(resource_subscriptions=["astrid://counter/nope"]):
+                            pass
+                    assert caught.value.error.code == -32602
+                    async with client.listen(resource_subscriptions=[hits]) as subscription:
+                        assert subscription.honored.resource_subscriptions == [hits]
+                        assert text_of(await client.read_resource("astrid://counter/bump")) == "1"
+                        with anyio.fail_after(UPDATE_WITHIN_S):
+                            async for event in subscription:
+                                assert isinstance(event, ResourceUpdated) and event.uri == hits
+                                break
+                    assert text_of(await client.read_resource(hits)) == "1"
+
+
+async def test_updates_cross_nats_from_capsule_hosts_to_the_mcp_server(
+    built, user, capsule_home, tmp_path, stderr_file
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "today.md").write_text("one\n")
+    grants(user).grant("files", f"fs:files={notes}")
+    grants(user).grant("counter", "kv")
+    today, hits = "astrid://files/today.md", "astrid://counter/hits"
+    hosts_log = tmp_path / "hosts.log"
+    with nats_server(tmp_path) as server:
+        url = server.url()
+        with (
+            capsule_host(url, built["files"], capsule_home, hosts_log, env=user),
+            capsule_host(url, built["counter"], capsule_home, hosts_log, env=user),
+        ):
+            env = server_env(capsule_home, **user)
+            async with stdio_session(
+                capsule_home=capsule_home, stderr=stderr_file, env=env, extra=("--bus", url)
+            ) as served:
+                await eventually_listed(served, {today, hits})
+                for uri in (today, hits):
+                    await subscribe(served.session, uri)
+                assert await served.text(today) == "one\n"  # the capsule host learns which file it is
+                assert await served.text("astrid://counter/bump") == "1"
+                await until(lambda: updates_of(served, hits) == 1, UPDATE_WITHIN_S + 1.0)
+                # A capsule host polls a folder from the first read that looked under it on: one poll
+                # (1 s) to take its baseline (docs/contract.md §11.2).
+                await anyio.sleep(1.5)
+                (notes / "today.md").write_text("two, longer\n")
+                await until(lambda: updates_of(served, today) == 1, UPDATE_WITHIN_S + 1.0)
+                assert await served.text(today) == "two, longer\n"
+                assert await served.text(hits) == "1"

@@ -109,12 +109,14 @@ def nats_server(
 
 
 @contextmanager
-def capsule_host(url: str, folder: Path, capsule_home: Path, log: Path) -> Iterator[subprocess.Popen]:
-    """`astrid host run --bus URL --capsules FOLDER` until the block ends."""
+def capsule_host(
+    url: str, folder: Path, capsule_home: Path, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
+    """`astrid host run --bus URL --capsules FOLDER` until the block ends (`env`: more environment)."""
     with log.open("a") as errors:
         process = subprocess.Popen(
             [astrid_exe(), "host", "run", "--bus", url, "--capsules", str(folder)],
-            env=server_env(capsule_home),
+            env=server_env(capsule_home, **(env or {})),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=errors,
