@@ -27,10 +27,11 @@ README = "astrid://docs/readme"
 GUIDE = "astrid://docs/guide"
 
 
-def docs(bus) -> FakeCapsule:
+def docs(bus, source_id: str = "") -> FakeCapsule:
     return FakeCapsule(
         bus,
         "docs",
+        source_id=source_id,
         resources={
             # the guide is declared fresh for a minute: the broker keeps a read of it
             "alice": [
@@ -193,3 +194,23 @@ async def test_a_2026_07_28_listen_stream_for_an_unreadable_uri_is_refused_befor
                 pass
         assert caught.value.error.code == -32602  # 2026-07-28's "resource not found" (invalid params)
         assert server.subscriptions.count("alice") == 0
+
+
+async def test_a_rebuilt_or_removed_owner_updates_its_subscribed_uris():
+    async with serving() as (client, server, kernel, updates):
+        await client.list_resources()
+        await server.watching.wait()
+        await subscribe(client, README)
+        await subscribe(client, "astrid://other/x")
+
+        def rebuild_docs() -> None:
+            kernel.remove("docs")
+            kernel.add(docs(kernel.bus, source_id="src-docs-rebuilt"))
+            kernel.reload()
+
+        await anyio.to_thread.run_sync(rebuild_docs)
+        await until(lambda: updates == [README])  # the other capsule's URI did not move
+        await anyio.to_thread.run_sync(lambda: (kernel.remove("other"), kernel.reload()))
+        await until(lambda: updates == [README, "astrid://other/x"])
+        await anyio.sleep(0.3)
+        assert updates == [README, "astrid://other/x"]
