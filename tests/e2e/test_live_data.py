@@ -12,6 +12,10 @@ reaches its principal's subscribers only, over stdio and HTTP.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +35,12 @@ from tests.e2e.builds import TEST_CAPSULES
 from tests.support.capsules import build_clean
 from tests.support.http import http_server, http_session, text_of
 from tests.support.nats import capsule_host, eventually_listed, nats_server
-from tests.support.processes import server_env
+from tests.support.processes import LineReader, astrid_exe, server_env
 from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+TS_CLIENT = Path(__file__).resolve().parent / "ts_client"
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +293,70 @@ async def test_updates_cross_nats_from_capsule_hosts_to_the_mcp_server(
                 await until(lambda: updates_of(served, today) == 1, UPDATE_WITHIN_S + 1.0)
                 assert await served.text(today) == "two, longer\n"
                 assert await served.text(hits) == "1"
+
+
+async def test_the_typescript_client_hears_a_subscribed_file_change_once(built, user, capsule_home, tmp_path) -> None:
+    node = shutil.which("node")
+    assert node and (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir(), (
+        "the TypeScript client is not installed: run `make test` (it runs `npm ci` in tests/e2e/ts_client)"
+    )
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "today.md").write_text("one\n")
+    grants(user).grant("files", f"fs:files={notes}")
+    config = tmp_path / "claude_desktop_config.json"
+    printed = subprocess.run(
+        [astrid_exe(), "mcp", "config", "--name", "astrid", "--capsules", str(built["files"]), "--principal", "alice"],
+        env=server_env(capsule_home, **user),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config.write_text(printed.stdout)
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path))}
+    today = "astrid://files/today.md"
+    with (tmp_path / "ts.log").open("w") as stderr:
+        process = subprocess.Popen(
+            [node, str(TS_CLIENT / "subscribe.mjs"), str(config), today],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+    stdin, stdout = process.stdin, process.stdout
+    assert stdin is not None and stdout is not None
+    reader = LineReader(stdout)
+
+    def next_event(timeout_s: float) -> dict:
+        line = reader.next(timeout_s)
+        assert line is not None, (tmp_path / "ts.log").read_text()
+        return json.loads(line)
+
+    def send(command: str) -> None:
+        stdin.write(command.encode() + b"\n")
+        stdin.flush()
+
+    try:
+        assert await anyio.to_thread.run_sync(next_event, 60.0) == {
+            "event": "ready",
+            "subscribe": True,
+            "text": "one\n",
+        }
+        (notes / "today.md").write_text("two, longer\n")
+        event = await anyio.to_thread.run_sync(next_event, UPDATE_WITHIN_S + 1.0)
+        assert event == {"event": "updated", "uri": today}
+        with pytest.raises(TimeoutError):  # exactly one
+            await anyio.to_thread.run_sync(reader.next, 1.5)
+        send("read")
+        assert await anyio.to_thread.run_sync(next_event, 30.0) == {"event": "read", "text": "two, longer\n"}
+        send("unsubscribe")
+        assert await anyio.to_thread.run_sync(next_event, 30.0) == {"event": "unsubscribed"}
+        (notes / "today.md").write_text("three, longer still\n")
+        with pytest.raises(TimeoutError):  # no more once unsubscribed
+            await anyio.to_thread.run_sync(reader.next, 2.5)
+        send("close")
+        stdin.close()
+        assert await anyio.to_thread.run_sync(lambda: process.wait(30)) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
