@@ -214,7 +214,8 @@ def test_requests_before_initialize_are_refused_and_initialize_still_works(bundl
         assert "error" in early
         assert served.request("ping", request_id="early-ping")["result"] == {}
         init = served.initialize()
-        assert init["result"]["capabilities"]["resources"] == {"listChanged": True}
+        # subscribe: offered since resource subscriptions (docs/contract.md §11)
+        assert init["result"]["capabilities"]["resources"] == {"listChanged": True, "subscribe": True}
         assert served.request("resources/read", {"uri": "astrid://docs/index"})["result"]["contents"]
         # a second initialize does not break the session
         served.initialize()
