@@ -29,6 +29,7 @@ def host() -> None:
 def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None) -> None:
     """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
     from astrid.host.runtime import RuntimeConfig, make_kernel
+    from astrid.host.watch import WATCH_INTERVAL_S, MountWatcher
 
     if bus_url is None:
         raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
@@ -36,8 +37,15 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
     config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
     bus.apply(config)
     kernel = make_kernel(config, role="capsules")
+    watcher: MountWatcher | None = None
     try:
         report = kernel.start()
+        # A change to a file a resource read touched updates that resource for its subscribers
+        # (the folders those reads looked under are polled; the MCP server's broker checks the news).
+        watcher = MountWatcher(
+            kernel.read_folders, lambda _users: None, WATCH_INTERVAL_S, on_files=kernel.files_changed
+        )
+        watcher.start()
         loaded = [result.name for result in report if result.ok]
         failed = [result for result in report if not result.ok]
         for result in failed:
@@ -50,6 +58,8 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
             signal.signal(signum, lambda *_: stop.set())
         stop.wait()
     finally:
+        if watcher is not None:
+            watcher.stop()
         kernel.close()
 
 
@@ -60,19 +70,30 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     """Print the nats-server `authorization` entry for a host running the capsules of --capsules.
 
     The host may publish only what its capsules' manifests allow on the
-    resource topics, plus the bus's own host topics. Add a password (or use
-    nkeys) and put the entry in the server's `authorization { users = [...] }`.
+    resource topics (replies and events), plus the bus's own host topics, and
+    `resource.v1.event.updated` when a capsule reads files (the host announces
+    a changed file for it). Add a password (or use nkeys) and put the entry in
+    the server's `authorization { users = [...] }`.
     """
     from astrid.host.bus.nats import host_permissions
-    from astrid.host.contract.topics import HOST_CLUSTER, RESOURCE_REPLIES, RESOURCE_REQUESTS
+    from astrid.host.contract.topics import (
+        HOST_CLUSTER,
+        RESOURCE_EVENTS,
+        RESOURCE_REPLIES,
+        RESOURCE_REQUESTS,
+        RESOURCE_UPDATED_TOPIC,
+    )
     from astrid.host.kernel.loader import discover_capsules
     from astrid.host.kernel.manifest import load_manifest
 
     folders = discover_capsules(resolve_capsule_paths(capsule_dirs))
     if not folders:
         raise UserError("no capsules found: pass --capsules PATH (a capsule folder or a folder of them)")
-    replies = RESOURCE_REPLIES.removesuffix("*")  # only replies cross from a capsule host
+    # only replies and events cross from a capsule host
+    crossing = (RESOURCE_REPLIES.removesuffix("*"), RESOURCE_EVENTS.removesuffix("*"))
     manifests = [load_manifest(folder) for folder in folders]
-    publish = [pattern for manifest in manifests for pattern in manifest.publish if pattern.startswith(replies)]
+    publish = [pattern for manifest in manifests for pattern in manifest.publish if pattern.startswith(crossing)]
+    if any(manifest.capabilities.fs for manifest in manifests):
+        publish.append(RESOURCE_UPDATED_TOPIC)  # the host's own announcement of a changed file, for the capsule
     rules = host_permissions(publish, HOST_CLUSTER, [RESOURCE_REQUESTS])
     click.echo(json.dumps({"user": user, "password": "CHANGE-ME", "permissions": rules}, indent=2))

@@ -1,4 +1,5 @@
-"""Every limit, in one place: the resource contract's (docs/contract.md §7) and the HTTP front door's."""
+"""Every limit, in one place: the resource contract's (docs/contract.md §7), the HTTP front door's,
+and those of resource subscriptions (docs/contract.md §11)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,23 @@ class HttpLimits:
     session_idle_s: float = 1800.0
     # how often open sessions and streams have their credential checked again
     credential_check_s: float = 2.0
+
+
+# Resource subscriptions and the updates they hear (docs/contract.md §11), on
+# stdio and HTTP alike: what one principal may hold open, how often one URI is
+# announced to it, and how often one capsule may announce.
+@dataclass(frozen=True)
+class SubscriptionLimits:
+    # URIs one principal may be subscribed to at once, over all its sessions
+    # (`resources/subscribe`) and listen streams (`resourceSubscriptions`)
+    subscriptions_per_principal: int = 256
+    # at most one `notifications/resources/updated` per URI per principal this often
+    # (a later change in the window is announced once, at its end)
+    coalesce_s: float = 0.25
+    # announcements one capsule may make for one principal: a burst, refilled at this rate
+    # (the rest are dropped, and logged)
+    announcements_burst: int = 64
+    announcements_per_s: float = 16.0
+
+
+DEFAULT_SUBSCRIPTION_LIMITS = SubscriptionLimits()

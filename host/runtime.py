@@ -41,14 +41,16 @@ from astrid.host.contract.topics import (
     CAPSULES_LOADED_TOPIC,
     FRONT_DOOR_CLIENT,
     HOST_CLUSTER,
+    RESOURCE_EVENTS,
     RESOURCE_REPLIES,
     RESOURCE_REQUESTS,
+    RESOURCE_UPDATED_EVENT,
 )
 from astrid.host.errors import BackendNotReady, GrantError
 from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
-from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher, ValueWatcher, events
 
 log = logging.getLogger("astrid.host.runtime")
@@ -73,6 +75,8 @@ class RuntimeConfig:
     # The publishers the operator trusts and who owns which URI namespace
     # (docs/publishing.md); None: the user's trust file.
     trust_file: Path | None = None
+    # Resource subscriptions: the announcement rate the broker allows a capsule (docs/contract.md §11).
+    subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS
 
 
 @dataclass
@@ -157,9 +161,9 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
             url,
             role=role,
             cluster=HOST_CLUSTER,
-            shared=(RESOURCE_REQUESTS, RESOURCE_REPLIES),
-            # the broker's process hears replies; a capsule host hears requests
-            listen=(RESOURCE_REPLIES,) if role == "mcp" else (RESOURCE_REQUESTS,),
+            shared=(RESOURCE_REQUESTS, RESOURCE_REPLIES, RESOURCE_EVENTS),
+            # the broker's process hears replies and events; a capsule host hears requests
+            listen=(RESOURCE_REPLIES, RESOURCE_EVENTS) if role == "mcp" else (RESOURCE_REQUESTS,),
             tracked=(RESOURCE_REQUESTS,),
             credentials=config.nats_credentials,
             dispatcher=dispatcher,
@@ -225,6 +229,7 @@ class Runtime:
                 trusted_ingress=[self._ingress.source_id],
                 authority=NamespaceAuthority(trust_store(self.config), kernel.provenance_of),
                 name_of=self._names.get,
+                subscription_limits=self.config.subscription_limits,
             ).start()
             if self.principal is not None:
                 self.client = self._new_client(self.principal)
@@ -295,7 +300,9 @@ class Runtime:
             self.wait_ready(600)
             kernel = self.kernel
             assert kernel is not None  # ready means started
-            self._mount_watcher = MountWatcher(kernel.mount_folders, self._on_mounts_changed, interval_s)
+            self._mount_watcher = MountWatcher(
+                kernel.mount_folders, self._on_mounts_changed, interval_s, on_files=self._on_files_changed
+            )
             self._mount_watcher.start()
             # A grant or a revoke changes what capsules list, not what they are: announce, never reload.
             self._grant_watcher = ValueWatcher(self._grant_state, self._on_grants_changed, interval_s)
@@ -313,6 +320,13 @@ class Runtime:
                     "files changed in %s; describing the resources again for %s%s", shown, _who(principals), more
                 )
             self.kernel.announce(principals)
+
+    def _on_files_changed(self, paths: frozenset[str]) -> None:
+        """Files changed under granted mounts: the resources whose reads touched them are updated
+        (the kernel announces them; the broker checks and hands them to subscribed clients)."""
+        files_changed = getattr(self.kernel, "files_changed", None)  # a test's stand-in kernel may have none
+        if files_changed is not None and not self._closed:
+            files_changed(paths)
 
     def _grant_state(self) -> dict[str, tuple[str, ...]] | None:
         """Each loaded capsule's grants as the operator typed them; None: the grants file cannot be read."""
@@ -414,6 +428,12 @@ class Runtime:
         self.wait_ready(600)
         assert self.kernel is not None and self._ingress is not None
         return self.kernel.bus.subscribe(self._ingress, CAPSULES_LOADED_TOPIC)
+
+    def updates(self) -> Subscription:
+        """Resource updates the broker checked, of every principal served (close it when done)."""
+        self.wait_ready(600)
+        assert self.kernel is not None and self._ingress is not None
+        return self.kernel.bus.subscribe(self._ingress, RESOURCE_UPDATED_EVENT)
 
     def _default_client(self) -> BrokerClient:
         if self.principal is None:

@@ -271,6 +271,10 @@ class MountWatcher:
     A granted folder that does not exist (or is no folder) is named once on
     the `astrid.events` log, and again only if it comes and goes.
     `last_changed` holds the folders behind the latest `on_change`.
+
+    `on_files(paths)` (optional) gets the files that changed since the last
+    poll (new, gone, or with a new mtime or size), before `on_change`: the
+    kernel announces the resources whose reads touched them.
     """
 
     def __init__(
@@ -282,9 +286,11 @@ class MountWatcher:
         limits: WalkLimits = MOUNT_LIMITS,
         poll_folders: int = POLL_MAX_FOLDERS,
         poll_entries: int = POLL_MAX_ENTRIES,
+        on_files: Callable[[frozenset[str]], Any] | None = None,
     ) -> None:
         self.mounts = mounts
         self.on_change = on_change
+        self.on_files = on_files
         self.interval_s = interval_s
         self.limits = limits
         self.poll_folders = poll_folders
@@ -311,6 +317,7 @@ class MountWatcher:
         self._polls += 1
         changed: set[Any] = set()
         changed_folders: set[Path] = set()
+        changed_files: set[str] = set()
         seen: dict[Path, TreeSignature] = {}
         folders = entries = 0
         deferred: list[Path] = []
@@ -337,6 +344,7 @@ class MountWatcher:
             if before is not None and before != seen[folder]:
                 changed |= targets[folder]
                 changed_folders.add(folder)
+                changed_files.update(path for path, _, _ in before ^ seen[folder])
         if deferred and not self._deferred_logged:
             self._deferred_logged = True
             log.warning(
@@ -351,6 +359,11 @@ class MountWatcher:
         self._walked_at = {folder: self._walked_at[folder] for folder in targets if folder in self._walked_at}
         self._capped_logged &= targets.keys()  # forget dropped folders (one per principal can come and go)
         self._missing_logged &= targets.keys()
+        if changed_files and self.on_files is not None:
+            try:
+                self.on_files(frozenset(changed_files))
+            except Exception:  # the list changes are still announced
+                log.exception("announcing the changed files failed")
         if changed:
             self.last_changed = frozenset(changed_folders)
             self.on_change(frozenset(changed))

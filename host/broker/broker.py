@@ -36,6 +36,18 @@ kept for N seconds per (principal, uri, owner source-id) in `read_cache`; the
 key is taken out of the definitions handed out. A capsule-set change and a
 refresh drop a principal's kept reads.
 
+Resource events (docs/contract.md §11): a capsule announces on
+`resource.v1.event.updated` that a URI it owns changed for the principal it
+runs for (the kernel does the same for a file a read touched). The broker
+checks the announcement (`updates.AnnouncementGate`: the rate; `announced`:
+the principal, the payload, and that the announcer owns the URI for that
+principal, listed or by its template), drops the principal's kept reads of
+the URI first, then hands it to front-door clients on
+`astrid.v1.resource_updated`, attributed to that principal. `subscribable`
+says whether a principal could read a URI at all (listed for it, or covered
+by a template it sees), and who serves it: the MCP server asks it before it
+takes a subscription.
+
 What it says names capsules by name (`names.CapsuleNames`, from the
 `name_of` the composition root hands it), the source-id only with -v.
 
@@ -64,8 +76,10 @@ from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import DRAIN_BATCH, ReadStatus, drain, owner_silent, resolve
 from astrid.host.broker.templates import TemplatesResult, merge_templates
-from astrid.host.bus import Binding, Bus, Message, Participant, Principal
+from astrid.host.broker.updates import AnnouncementGate
+from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal
 from astrid.host.contract._base import utf8_len
+from astrid.host.contract.events import ResourceUpdated
 from astrid.host.contract.frontdoor import FailureCode
 from astrid.host.contract.resource import ReadRequest, ResourceDefinition
 from astrid.host.contract.template import Argument, CompleteRequest, ResourceTemplate
@@ -78,11 +92,14 @@ from astrid.host.contract.topics import (
     DESCRIBE_TOPIC,
     READ_REPLY_PREFIX,
     READ_REQUEST_TOPIC,
+    RESOURCE_EVENTS,
+    RESOURCE_UPDATED_EVENT,
+    RESOURCE_UPDATED_TOPIC,
     TEMPLATES_REPLIES,
     TEMPLATES_TOPIC,
 )
 from astrid.host.contract.uri_template import UriTemplate
-from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 
 log = logging.getLogger("astrid.host.broker")
 
@@ -95,6 +112,8 @@ class BrokerStats:
     templates_rounds: int = 0
     reads: int = 0
     completions: int = 0
+    updates: int = 0  # announcements handed on to front-door clients
+    updates_refused: int = 0  # announcements of a URI the announcer does not own, or malformed
     last_round_s: float = 0.0
     last_read_s: float = 0.0
     round_seconds: list[float] = field(default_factory=list)
@@ -115,6 +134,7 @@ class Broker:
         trusted_ingress: Iterable[str] = (),
         authority: UriAuthority = OPEN,
         name_of: NameOf | None = None,
+        subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
     ) -> None:
         self.bus = bus
         self.authority = authority  # who may serve which URIs (namespaces); OPEN: anyone, anything
@@ -127,6 +147,7 @@ class Broker:
         self.reads = ReadCache()
         self.cache.on_invalidate(self.reads.invalidate)
         self.front_doors = FrontDoors(self, trusted_ingress)
+        self.announcements = AnnouncementGate(subscription_limits)
         self.stats = BrokerStats()
         self._started = False
 
@@ -139,7 +160,9 @@ class Broker:
         invalidation = Binding(
             self.participant, CAPSULES_LOADED_TOPIC, self._guard(self._on_capsules_loaded), inline=True
         )
-        self.bus.bind_all([*self.front_doors.bindings(self._guard), invalidation])
+        # Not inline: checking who owns a URI may take a describe round, never in a capsule's thread.
+        events = Binding(self.participant, RESOURCE_EVENTS, self._guard(self._on_resource_event))
+        self.bus.bind_all([*self.front_doors.bindings(self._guard), invalidation, events])
         self._started = True
         return self
 
@@ -455,6 +478,92 @@ class Broker:
             limits=self.limits,
             via_template=route.via_template,
             names=self.names,
+        )
+
+    # -- resource events (docs/contract.md §11) ---------------------------------------
+
+    def subscribable(self, principal: Principal, uri: str) -> str | None:
+        """Who serves `uri` to `principal` (its listed owner, else the owner of the template
+        that covers it), or None when the principal could not read it: not subscribable."""
+        if not principal.is_verified or not isinstance(uri, str) or not uri or utf8_len(uri) > self.limits.uri_bytes:
+            return None
+        return self._owner_of(principal, uri, cached_only=False)
+
+    def _owner_of(self, principal: Principal, uri: str, *, cached_only: bool) -> str | None:
+        """The owner of `uri` for `principal`; `cached_only`: from the snapshots there are, fresh or not."""
+        snapshot = self.cache.get(principal) if cached_only else self.snapshot(principal)
+        if snapshot is None:
+            return None
+        listed = snapshot.owner_of(uri)
+        if listed is not None:
+            return listed
+        templates = self.cache.get_templates(principal) if cached_only else self.template_snapshot(principal)
+        route = templates.route(uri) if templates is not None else None
+        return route.owner if route is not None else None
+
+    def _on_resource_event(self, message: Message) -> None:
+        if message.topic != RESOURCE_UPDATED_TOPIC:
+            log.debug(
+                "resource event on %s from %s ignored: not one this broker knows", message.topic, message.source_id
+            )
+            return
+        self.announced(message)
+
+    def announced(self, message: Message) -> bool:
+        """Check one `updated` announcement and hand it on; True when it was."""
+        principal, source = message.principal, message.source_id
+        label = self.names.label(source)
+        if not principal.is_verified:
+            log.debug("update announced by %s for %s dropped: not a verified principal", label, principal)
+            return False
+        if not self.announcements.allow(source, principal, label):
+            return False
+        try:
+            uri = ResourceUpdated.model_validate(message.parsed(), context={"limits": self.limits}).uri
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+            self.stats.updates_refused += 1
+            if self.announcements.refused(source):
+                log.warning("capsule %s announced an update that is not an `updated` record: %s", label, exc)
+            return False
+        if self.cache.get(principal) is None:
+            # Nobody has listed, read or subscribed as this principal: nobody can be told.
+            log.debug("update of %s for %s dropped: the principal has no snapshot", uri, principal)
+            return False
+        owner = self._owner_of(principal, uri, cached_only=True)
+        if owner != source and self._may_be_stale(principal):
+            owner = self._owner_of(principal, uri, cached_only=False)  # the capsule set moved: ask again
+        if owner != source:
+            self.stats.updates_refused += 1
+            if self.announcements.refused(source):
+                log.warning(
+                    "capsule %s announced an update of %s for %s, which it does not serve: refused "
+                    "(said once per capsule; later refusals at debug level)",
+                    label,
+                    uri,
+                    principal,
+                )
+            else:
+                log.debug("update of %s for %s by %s refused: not its owner", uri, principal, label)
+            return False
+        # First: no kept read of the old content may answer the read this update prompts.
+        self.reads.invalidate_uri(principal, uri)
+        try:
+            self.bus.publish(self.participant, RESOURCE_UPDATED_EVENT, ResourceUpdated(uri=uri).to_json(), principal)
+        except BusError as exc:
+            log.warning("cannot hand on the update of %s for %s: %s", uri, principal, exc)
+            return False
+        self.stats.updates += 1
+        log.debug("update of %s for %s announced by %s", uri, principal, label)
+        return True
+
+    def _may_be_stale(self, principal: Principal) -> bool:
+        snapshot, templates = self.cache.get(principal), self.cache.get_templates(principal)
+        return (
+            snapshot is None
+            or snapshot.stale
+            or self.cache.fresh(principal) is None
+            or templates is None
+            or self.cache.fresh_templates(principal) is None
         )
 
     # -- completion ------------------------------------------------------------------

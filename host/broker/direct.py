@@ -50,6 +50,13 @@ class BrokerClient:
             max_age_s=max_age_of(outcome),
         )
 
+    def subscribable(self, uri: str) -> str | None:
+        """Who serves `uri` to this principal when it could read it (listed, or a template covers it), else None."""
+        try:
+            return self._doors.subscribable(self.principal, uri, trusted=True, asker="the MCP server")
+        except Exception as exc:
+            raise BrokerUnavailable(broker_failed("check a subscription", exc, self.principal)) from None
+
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
         try:
             return list(self._doors.templates(self.principal, refresh=refresh))

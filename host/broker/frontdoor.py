@@ -17,6 +17,11 @@ waits for the answer anyway): two thread switches fewer per request.
 Capsules can never publish on the front doors, so only host participants lend
 their threads.
 
+One more door is a call only, with no bus topic: `subscribable`, whether a
+principal could read a URI (listed for it, or covered by a template it sees)
+and who serves it, behind the read gate. The MCP server asks it before it
+takes a subscription (docs/contract.md §11).
+
 Each door is also a plain call (`listed`, `read`, `templates`, `complete`)
 with typed values: the bus handlers above parse, call it and serialize,
 and `direct.BrokerClient` (what the MCP server holds) calls it with no JSON
@@ -228,6 +233,24 @@ class FrontDoors:
                 code=FailureCode.DENIED, message=f"{what}s are served only for a verified principal"
             )
         return None
+
+    # -- subscriptions (a call only) -----------------------------------------------------
+
+    def subscribable(self, principal: Principal, uri: str, *, trusted: bool, asker: str = "a caller") -> str | None:
+        """Who serves `uri` to `principal` when it could read it, else None (and None behind the gate).
+        Raises when the broker itself fails."""
+        started = time.perf_counter()
+        if self._gate(trusted, principal, "subscription", uri, asker) is not None:
+            return None
+        owner = self.broker.subscribable(principal, uri)
+        log.info(
+            "subscribable %s for %s: %s in %.1f ms",
+            uri,
+            principal,
+            "yes" if owner is not None else "no",
+            (time.perf_counter() - started) * 1000,
+        )
+        return owner
 
     # -- templates ----------------------------------------------------------------------
 

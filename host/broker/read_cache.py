@@ -13,6 +13,9 @@ successful read for that long (docs/contract.md §5.7):
 - a capsule-set change for a principal (or for everyone), and an explicit
   refresh, drop that principal's entries; a read that overlapped the drop is
   not stored (`epoch`);
+- an update of a URI (its owner announced a change, docs/contract.md §11)
+  drops that principal's entries of that URI, before anyone is told, and a
+  read of the principal's that overlapped the drop is not stored either;
 - the cache is bounded by entries and by bytes, least recently used first.
 
 `split_freshness` takes the `astrid` key out of the definitions the broker
@@ -211,6 +214,14 @@ class ReadCache:
                 return
             self._epochs[principal] = self._epochs.get(principal, 0) + 1
             for key in [key for key in self._entries if key[0] == principal]:
+                self._drop(key)
+
+    def invalidate_uri(self, principal: Principal, uri: str) -> None:
+        """Drop `principal`'s entries of `uri` (whichever owner kept them); a read of the
+        principal's running now is not stored (it may have read the old content)."""
+        with self._lock:
+            self._epochs[principal] = self._epochs.get(principal, 0) + 1
+            for key in [key for key in self._entries if key[0] == principal and key[1] == uri]:
                 self._drop(key)
 
     def _drop(self, key: _Key) -> None:

@@ -17,6 +17,12 @@ A file is opened `O_NONBLOCK` and checked with `fstat` before any read, so a
 FIFO never blocks the host and a device is never read; only regular files
 are read. Nothing here creates or writes anything, and no error text names a
 host path: only the path the guest asked for.
+
+`on_touch` (optional) hears the mount folder and the host path of every
+well-formed request for a granted mount, before it is opened (a missing file
+too: it may appear), with its kind: `file` (read, stat) or `folder` (list). The kernel records with it
+which files a resource read touched, so a change to one of them updates that
+resource for its subscribers (docs/contract.md §11).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import errno
+import logging
 import os
 import stat
 import threading
@@ -35,6 +42,10 @@ from typing import TypeVar
 from astrid.host.capabilities.errors import CapabilityError
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
+
+# (mount folder, host path, "file" | "folder"): what one fs call looked at
+Touch = Callable[[str, str, str], None]
 
 READ_CAP = 8 << 20  # bytes per read
 LIST_CAP = 4096  # entries per list
@@ -76,13 +87,16 @@ class MountedFiles:
         *,
         asked: Collection[str] | None = None,
         use_openat2: bool | None = None,
+        on_touch: Touch | None = None,
     ) -> None:
         self.capsule = capsule
         self.mounts = dict(mounts)
         self.asked = set(self.mounts if asked is None else asked)  # for the error text: ask, or grant?
         self.use_openat2 = openat2_available() if use_openat2 is None else use_openat2
+        self.on_touch = on_touch
 
     def read(self, path: str) -> bytes:
+        self._touch(path, "file")
         fd = self._open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             status = os.fstat(fd)
@@ -97,6 +111,7 @@ class MountedFiles:
             os.close(fd)
 
     def list(self, path: str) -> builtins.list[DirEntry]:
+        self._touch(path, "folder")
         fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             names = os.listdir(fd)
@@ -114,6 +129,7 @@ class MountedFiles:
             os.close(fd)
 
     def stat(self, path: str) -> FileStat:
+        self._touch(path, "file")
         mount, parts = self._split(path)
         if not parts:
             fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -130,6 +146,26 @@ class MountedFiles:
         return FileStat(_kind(status), status.st_size, status.st_mtime_ns // 1_000_000)
 
     # -- resolution -------------------------------------------------------------------
+
+    def host_path(self, path: str) -> tuple[str, str]:
+        """(the mount folder, where `path` lies on the host), spelled as a walk of the mount
+        folder spells them (`MOUNT_FOLDER/a/b`); refuses what `read` would, opening nothing."""
+        mount, parts = self._split(path)
+        root = str(self.mounts[mount])
+        return root, os.path.join(root, *parts)
+
+    def _touch(self, path: str, kind: str) -> None:
+        """Tell `on_touch` what this call looks at; a path it refuses is nobody's news."""
+        if self.on_touch is None:
+            return
+        try:
+            root, where = self.host_path(path)
+        except CapabilityError:
+            return  # the call itself says why
+        try:
+            self.on_touch(root, where, kind)
+        except Exception:  # recording must never fail the call
+            log.exception("recording an fs call failed")
 
     def _split(self, path: str) -> tuple[str, builtins.list[str]]:
         """(mount, segments beneath it) of a well-formed guest path; refuses the rest."""

@@ -7,7 +7,10 @@ second spelling appears. The ACLs are the least each host participant needs:
   hears the resource replies, the front-door requests and capsule-set events;
 - a front-door client (the MCP server, `astrid resources`) sends front-door
   requests and hears their replies and capsule-set events;
-- the kernel announces capsule-set events and answers the inventory request.
+- the kernel announces capsule-set events and answers the inventory request;
+- the broker also hears resource events (`resource.v1.event.*`) and hands
+  the ones it checked to front-door clients (`astrid.v1.resource_updated`);
+- the file watch announces, as a capsule, that a file its read touched changed.
 
 Capsules get their ACLs from their manifests, minus the host's reserved
 namespace (`CAPSULE_MAY_*` below, enforced by `kernel.reserved`), and minus
@@ -39,6 +42,11 @@ COMPLETE_REPLY_PREFIX = "resource.v1.response.complete."
 RESOURCE_REQUESTS = "resource.v1.request.*"
 RESOURCE_REPLIES = "resource.v1.response.*"
 
+# -- resource events (astrid-bus:resource-events@1.0.0; docs/contract.md §11) --
+# A capsule (or the host, for a file a read touched) says a URI it owns changed.
+RESOURCE_UPDATED_TOPIC = "resource.v1.event.updated"
+RESOURCE_EVENTS = "resource.v1.event.*"
+
 # -- the host's own namespace (docs/contract.md §6) --------------------------------
 HOST_NAMESPACE = "astrid.v1."
 FRONT_DOOR_REQUESTS = "astrid.v1.request.mcp.*"
@@ -49,6 +57,8 @@ FRONT_DOOR_COMPLETE = "astrid.v1.request.mcp.completion.complete"
 FRONT_DOOR_REPLY_PREFIX = "astrid.v1.response."
 FRONT_DOOR_REPLIES = FRONT_DOOR_REPLY_PREFIX + "*"
 CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
+# The broker -> front-door clients: an announcement it checked, for the principal it names.
+RESOURCE_UPDATED_EVENT = "astrid.v1.resource_updated"
 # Between hosts on NATS (host/bus/nats.py): heartbeats and per-request done reports.
 HOST_CLUSTER = ClusterTopics(
     pattern="astrid.v1.host.*", heartbeat="astrid.v1.host.heartbeat", done_prefix="astrid.v1.host.done."
@@ -66,6 +76,10 @@ CAPSULE_MAY_SUBSCRIBE_UNDER = INVENTORY_REPLY_PREFIX
 # the host namespace takes the operator's `bus:request` grant (`kernel.reserved`).
 REQUEST_SEGMENT = "request"
 RESPONSE_SEGMENT = "response"
+# An event (`resource.v1.event.updated`) is neither: publishing one's own is
+# free, but hearing another participant's takes `bus:request`, as a reply does
+# (it names what that capsule's grants reached).
+EVENT_SEGMENT = "event"
 
 
 def reply_topic(req_id: str) -> str:
@@ -88,16 +102,20 @@ class HostRole:
 
 BROKER = HostRole(
     "broker",
-    publish=(RESOURCE_REQUESTS, FRONT_DOOR_REPLIES),
-    subscribe=(RESOURCE_REPLIES, FRONT_DOOR_REQUESTS, CAPSULES_LOADED_TOPIC),
+    publish=(RESOURCE_REQUESTS, FRONT_DOOR_REPLIES, RESOURCE_UPDATED_EVENT),
+    subscribe=(RESOURCE_REPLIES, RESOURCE_EVENTS, FRONT_DOOR_REQUESTS, CAPSULES_LOADED_TOPIC),
 )
 FRONT_DOOR_CLIENT = HostRole(
     "mcp-server",
     publish=(FRONT_DOOR_REQUESTS,),
-    subscribe=(FRONT_DOOR_REPLIES, CAPSULES_LOADED_TOPIC),
+    subscribe=(FRONT_DOOR_REPLIES, CAPSULES_LOADED_TOPIC, RESOURCE_UPDATED_EVENT),
 )
 KERNEL = HostRole(
     "kernel",
     publish=(CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"),
     subscribe=(INVENTORY_REQUEST,),
 )
+# The kernel announcing, for a capsule, that a file one of its reads touched
+# changed: a participant with that capsule's source-id (`FILE_WATCH.participant(
+# source_id)`), so the broker checks the announcement as the capsule's own.
+FILE_WATCH = HostRole("file-watch", publish=(RESOURCE_UPDATED_TOPIC,), subscribe=())

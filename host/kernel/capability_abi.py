@@ -10,6 +10,11 @@ a host callback traps the guest), so every failure becomes the interface's
 
 The grants file is read per call (one `stat` while it is unchanged), so a
 grant or a revoke applies to the next call without a restart.
+
+Every fs call made while a capsule serves a read (`resource.v1.request.read`)
+is recorded in `reads` (`file_tracking.ReadTracker`) under (capsule,
+principal, the request's uri): the files a resource read touched, whose
+changes update that resource for its subscribers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from astrid.host.capabilities.fs import MountedFiles
 from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, grant_command, mount_folder, usable
 from astrid.host.capabilities.http import HttpGateway
 from astrid.host.capabilities.kv import KvStore
+from astrid.host.contract.topics import READ_REQUEST_TOPIC
+from astrid.host.kernel.file_tracking import ReadKey, ReadTracker
+from astrid.host.kernel.routing import requested_uri
 from astrid.host.kernel.wit_values import record
 
 if TYPE_CHECKING:
@@ -93,6 +101,7 @@ class CapabilityAbi:
         self._kv: Any = None  # a KvStore, or the factory's (same namespace interface)
         self._gateways: dict[tuple[str, tuple[Any, ...]], HttpGateway] = {}
         self._lock = threading.Lock()
+        self.reads = ReadTracker()  # what each resource read looked at through fs
 
     def link(self, root: Any) -> None:
         """Add the three interfaces to a Linker's root instance."""
@@ -147,7 +156,24 @@ class CapabilityAbi:
             folder = mount_folder(template, principal)
             if folder is not None:
                 mounts[mount] = folder
-        return MountedFiles(instance.capsule.name, mounts, asked=instance.capsule.manifest.capabilities.fs)
+        return MountedFiles(
+            instance.capsule.name,
+            mounts,
+            asked=instance.capsule.manifest.capabilities.fs,
+            on_touch=self._touch(instance),
+        )
+
+    def _touch(self, instance: Instance) -> Callable[[str, str, str], None] | None:
+        """What records this call's fs use: only while it serves a read, for a verified principal."""
+        call = instance.current
+        if call is None or call.message.topic != READ_REQUEST_TOPIC or not call.message.principal.is_verified:
+            return None
+        uri = requested_uri(call.message)
+        if uri is None:
+            return None
+        key = ReadKey(instance.capsule.source_id, call.message.principal, uri)
+        token = (id(call), call.deadline)
+        return lambda root, path, kind: self.reads.record(key, token, path, kind, root=root)
 
     def _namespace(self, instance: Instance) -> Any:
         name = instance.capsule.name

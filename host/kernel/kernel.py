@@ -12,6 +12,11 @@ served (the capsule, its bus participant, its load result and the files'
 fingerprint when it was loaded), or a `FailedSlot` while it fails to load.
 A folder whose files are untouched keeps its record on reload: nothing is
 re-read, re-hashed or recompiled for it.
+
+`files_changed(paths)` is told which files changed under the granted mounts;
+every resource whose last read touched one of them (`file_tracking`) is
+announced on `resource.v1.event.updated`, as its capsule, for the principal
+it was read for: the broker checks it as it checks a capsule's own.
 """
 
 from __future__ import annotations
@@ -37,8 +42,15 @@ from astrid.host.bus import (
 )
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, mount_folder, usable
-from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded
-from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX, INVENTORY_REQUEST, KERNEL
+from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded, ResourceUpdated
+from astrid.host.contract.topics import (
+    CAPSULES_LOADED_TOPIC,
+    FILE_WATCH,
+    INVENTORY_REPLY_PREFIX,
+    INVENTORY_REQUEST,
+    KERNEL,
+    RESOURCE_UPDATED_TOPIC,
+)
 from astrid.host.errors import GrantError
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.compile_cache import CompileCache
@@ -145,6 +157,7 @@ class Kernel:
         self.principals: set[Principal] = set()
         self._lock = threading.RLock()
         self.participant = KERNEL.participant()
+        self._file_watch: dict[str, Participant] = {}  # by capsule source-id: announces for it
         self.bus.bind(Binding(self.participant, INVENTORY_REQUEST, self._answer_inventory, inline=True))
 
     # -- lifecycle ---------------------------------------------------------------
@@ -308,6 +321,7 @@ class Kernel:
         self._provenance[capsule.source_id] = capsule.provenance
         if current is not None:
             self.sandboxes.drop_capsule(current.capsule.source_id)
+            self._forget_reads(current.capsule.source_id)
             log.info("replaced capsule %s (%s)", current.capsule.name, current.capsule.source_id)
         log.info(
             "loaded capsule %s (%s) in %.1f ms%s",
@@ -391,7 +405,12 @@ class Kernel:
         self._provenance.pop(capsule.source_id, None)
         self.bus.unbind_owner(capsule.source_id)
         self.sandboxes.drop_capsule(capsule.source_id)
+        self._forget_reads(capsule.source_id)
         log.info("unloaded capsule %s (%s)", capsule.name, capsule.source_id)
+
+    def _forget_reads(self, source_id: str) -> None:
+        self.abi.capabilities.reads.forget(source_id)
+        self._file_watch.pop(source_id, None)
 
     def loaded(self) -> list[LoadedCapsule]:
         with self._lock:
@@ -453,6 +472,30 @@ class Kernel:
                     if folder is not None:
                         folders.setdefault(folder, set()).add(principal)
         return {folder: frozenset(users) for folder, users in folders.items()}
+
+    def files_changed(self, paths: Iterable[str]) -> int:
+        """Files under granted mounts changed: announce every resource whose last read touched one,
+        to the principal it was read for (as its capsule). How many were announced."""
+        announced = 0
+        for key in self.abi.capabilities.reads.touched(paths):
+            with self._lock:
+                loaded = key.source_id in self._provenance
+                if loaded and key.source_id not in self._file_watch:
+                    self._file_watch[key.source_id] = FILE_WATCH.participant(key.source_id)
+                speaker = self._file_watch.get(key.source_id)
+            if not loaded or speaker is None:
+                continue
+            try:
+                self.bus.publish(speaker, RESOURCE_UPDATED_TOPIC, ResourceUpdated(uri=key.uri).to_json(), key.principal)
+                announced += 1
+            except BusError as exc:
+                log.warning("cannot announce that %s changed for %s: %s", key.uri, key.principal, exc)
+        return announced
+
+    def read_folders(self) -> dict[Path, frozenset[Principal]]:
+        """The mount folders resource reads looked under (what a host whose principals are not
+        watched polls for `files_changed`: `astrid host run`)."""
+        return {Path(root): frozenset() for root in self.abi.capabilities.reads.roots()}
 
     def _answer_inventory(self, message: Message) -> None:
         try:

@@ -26,8 +26,16 @@ bus:request`):
   capsule's own `test.loop.*` traffic from replies), handler bindings, and a
   subscription made before a revoke.
 
-Publishing its own replies and hearing the requests it serves stay free, so
-a capsule that only serves never needs the grant. The grant is asked on
+Events (a topic whose first `request`/`response`/`event` segment is `event`,
+such as `resource.v1.event.updated`, astrid-bus:resource-events) count as
+replies for hearing: they name what the announcing capsule's grants reached
+(the URIs it serves a principal), so being given another participant's event,
+or subscribing to a pattern that matches only events, needs the grant too.
+Publishing one is not asking anyone anything: a capsule announces its own
+changes with no grant (the broker checks that it owns what it announces).
+
+Publishing its own replies and events and hearing the requests it serves stay
+free, so a capsule that only serves never needs the grant. The grant is asked on
 every check (one `stat` of the grants file while it is unchanged): a grant
 or a revoke applies to the next publish, subscribe or delivery, no restart.
 
@@ -49,6 +57,7 @@ from astrid.host.contract.topics import (
     CAPSULE_MAY_PUBLISH,
     CAPSULE_MAY_SUBSCRIBE,
     CAPSULE_MAY_SUBSCRIBE_UNDER,
+    EVENT_SEGMENT,
     HOST_NAMESPACE,
     REQUEST_SEGMENT,
     RESPONSE_SEGMENT,
@@ -68,14 +77,19 @@ def _may_reach(pattern: str, prefix: str) -> bool:
 # -- requests and replies -----------------------------------------------------------------
 
 
+_KINDS = (REQUEST_SEGMENT, RESPONSE_SEGMENT, EVENT_SEGMENT)
+# What a capsule hears from others only with `bus:request`: replies, and events.
+_HEARD_WITH_GRANT = (RESPONSE_SEGMENT, EVENT_SEGMENT)
+
+
 def topic_kind(topic: str) -> str | None:
-    """`request` or `response`: the first segment of `topic` that is one of them.
+    """`request`, `response` or `event`: the first segment of `topic` that is one of them.
 
     The first one decides, so a reply whose correlation id or suffix happens
     to be `request` (`resource.v1.response.describe.request`) is still a reply.
     """
     for segment in topic.split("."):
-        if segment in (REQUEST_SEGMENT, RESPONSE_SEGMENT):
+        if segment in _KINDS:
             return segment
     return None
 
@@ -103,14 +117,14 @@ def asks_others(topic: str) -> bool:
 
 
 def hears_only_replies(pattern: str) -> bool:
-    """Does every topic `pattern` matches carry a reply? Such a subscription is
-    refused without `bus:request`: it can be for nothing else."""
-    return not _host_owned(pattern) and topic_kind(_fixed_part(pattern)) == RESPONSE_SEGMENT
+    """Does every topic `pattern` matches carry a reply (or an event)? Such a
+    subscription is refused without `bus:request`: it can be for nothing else."""
+    return not _host_owned(pattern) and topic_kind(_fixed_part(pattern)) in _HEARD_WITH_GRANT
 
 
 def may_hear_replies(pattern: str) -> bool:
-    """Can `pattern` match a reply (whose delivery from others needs `bus:request`)?"""
-    return not _host_owned(pattern) and _may_be(pattern, RESPONSE_SEGMENT)
+    """Can `pattern` match a reply or an event (whose delivery from others needs `bus:request`)?"""
+    return not _host_owned(pattern) and any(_may_be(pattern, kind) for kind in _HEARD_WITH_GRANT)
 
 
 def may_ask(pattern: str) -> bool:
@@ -119,11 +133,11 @@ def may_ask(pattern: str) -> bool:
 
 
 def is_others_reply(message: Message, own_source_id: str) -> bool:
-    """Is `message` another participant's reply (outside the host namespace)?"""
+    """Is `message` another participant's reply or event (outside the host namespace)?"""
     return (
         message.source_id != own_source_id
         and not _host_owned(message.topic)
-        and topic_kind(message.topic) == RESPONSE_SEGMENT
+        and topic_kind(message.topic) in _HEARD_WITH_GRANT
     )
 
 
@@ -144,14 +158,14 @@ class BusAsks:
         if self.publish:
             parts.append("publish " + ", ".join(_shown(p, "its requests", REQUEST_SEGMENT) for p in self.publish))
         if self.subscribe:
-            shown = ", ".join(_shown(p, "its replies", RESPONSE_SEGMENT) for p in self.subscribe)
+            shown = ", ".join(_shown(p, "its replies", *_HEARD_WITH_GRANT) for p in self.subscribe)
             parts.append("hear other capsules' replies on " + shown)
         return "; ".join(parts)
 
 
-def _shown(pattern: str, part: str, kind: str) -> str:
+def _shown(pattern: str, part: str, *kinds: str) -> str:
     """A declared pattern as the operator reads it: a wide one names the part of it refused."""
-    return pattern if topic_kind(_fixed_part(pattern)) == kind else f"{pattern} ({part})"
+    return pattern if topic_kind(_fixed_part(pattern)) in kinds else f"{pattern} ({part})"
 
 
 def bus_asks(publish: Iterable[str], subscribe: Iterable[str]) -> BusAsks:

@@ -17,7 +17,7 @@ from astrid.host.contract.topics import READ_REQUEST_TOPIC
 from astrid.host.kernel.loader import LoadedCapsule
 
 
-def _requested_uri(message: Message) -> str | None:
+def requested_uri(message: Message) -> str | None:
     """The read request's uri, from the JSON value the bus already parsed (no second parse)."""
     try:
         data = message.parsed()
@@ -37,7 +37,7 @@ def accepts_for(capsule: LoadedCapsule, pattern: str) -> Callable[[Message], boo
     def accepts(message: Message) -> bool:
         if message.source_id == own:
             return False
-        uri = _requested_uri(message)
+        uri = requested_uri(message)
         # An unparsable request still goes through: the capsule decides.
         return uri is None or uri.startswith(families)
 

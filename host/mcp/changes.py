@@ -6,7 +6,8 @@ of that principal last saw. Two kinds of client see it:
 - a handshake-era (2025-11-25) session, on its standalone channel: each
   session keeps its own baseline (what it last listed, or was told about);
 - 2026-07-28 `subscriptions/listen` streams: one listen bus per principal,
-  with the principal's last known set as the baseline.
+  with the principal's last known set as the baseline. The same bus carries
+  resource updates (`publish`, from `updates.Subscriptions`).
 
 Nothing here crosses principals: a change of alice's set reaches alice's
 sessions and streams only. A session is keyed by its connection (what lives
@@ -19,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged, ServerEvent
 
 log = logging.getLogger("astrid.host.mcp")
 
@@ -63,6 +64,12 @@ class ListChanged:
             bus = InMemorySubscriptionBus()
             self._streams[principal] = (bus, ListenHandler(bus))
         return self._streams[principal][1]
+
+    async def publish(self, principal: str, event: ServerEvent) -> None:
+        """`event` on `principal`'s listen bus: each of its open streams that asked for it hears it."""
+        stream = self._streams.get(principal)
+        if stream is not None:
+            await stream[0].publish(event)
 
     def principals(self) -> set[str]:
         """Every principal with a live session or a listen bus."""

@@ -7,10 +7,9 @@ default principal); streamable HTTP takes each request's principal from its
 verified credential (`mcp.auth`), and a request without one falls back to the
 default principal only where the operator allowed that (loopback, no auth).
 
-- capabilities: `resources` with `listChanged: true` and no `subscribe`
-  (`resources/subscribe` is "method not found"), and `completions`; both
-  protocol revisions, 2025-11-25 (initialize) and 2026-07-28
-  (server/discover);
+- capabilities: `resources` with `listChanged: true` and `subscribe: true`,
+  and `completions`; both protocol revisions, 2025-11-25 (initialize) and
+  2026-07-28 (server/discover);
 - `resources/list`: one page, no cursor; `resources/read`;
   `resources/templates/list`: the principal's templates, one page;
 - `completion/complete`: a `ref/resource` completes a template variable
@@ -24,6 +23,15 @@ default principal only where the operator allowed that (loopback, no auth).
 - at most `max_requests_per_principal` requests of one principal in flight:
   more are refused at once as busy, so one principal's flood cannot hold the
   worker threads another one's reads need;
+- resource subscriptions (`updates.py`, docs/contract.md §11):
+  `resources/subscribe` / `resources/unsubscribe` (2025-11-25) and a listen
+  stream's `resourceSubscriptions` (2026-07-28), only to URIs the principal
+  could read (the broker says: listed for it, or covered by a template it
+  sees; anything else is "resource not found" in the era's code), at most
+  `subscriptions_per_principal` at once; `notifications/resources/updated`
+  to the subscribers of the principal an update is for, coalesced per URI;
+  a capsule-set change that rebuilt or removed a subscribed URI's owner
+  updates it;
 - at most `max_streams_per_principal` open listen streams per principal;
   over HTTP each ends when its credential is revoked or expires;
 - with `resource_tools` (`--resource-tools`), the `tools` capability and two
@@ -52,11 +60,12 @@ from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResul
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from astrid.host.bus import Subscription
-from astrid.host.contract.frontdoor import CompletionReply, ReadResourceReply
+from astrid.host.contract.events import ResourceUpdated
+from astrid.host.contract.frontdoor import CompletionReply, FailureCode, FrontDoorFailure, ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
-from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.mcp.access import note_request
 from astrid.host.mcp.changes import ListChanged
 from astrid.host.mcp.credential_watch import CredentialWatch
@@ -70,6 +79,7 @@ from astrid.host.mcp.reshape import (
 )
 from astrid.host.mcp.stdio import InputStop, screened_stdio_server
 from astrid.host.mcp.tools import ResourceTools
+from astrid.host.mcp.updates import Subscriptions
 from astrid.host.version import astrid_version
 
 log = logging.getLogger("astrid.host.mcp")
@@ -93,10 +103,13 @@ class FrontDoor(Protocol):
     def complete(
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
     ) -> CompletionReply: ...
+    def subscribable(self, uri: str) -> str | None:
+        """Who serves `uri` to this principal when it could read it, else None."""
+        ...
 
 
 class Backend(Protocol):
-    """What the server needs: readiness, a front door per principal, and capsule-set events."""
+    """What the server needs: readiness, a front door per principal, capsule-set events and resource updates."""
 
     # Whom a request without a credential acts for (stdio: the one user); None: nobody.
     principal: str | None
@@ -105,6 +118,10 @@ class Backend(Protocol):
     def client_for(self, principal: str) -> FrontDoor: ...
     def changes(self) -> Subscription:
         """Capsule-set events of every principal served (close it when done)."""
+        ...
+
+    def updates(self) -> Subscription:
+        """Resource updates the broker checked, of every principal served (close it when done)."""
         ...
 
 
@@ -120,6 +137,7 @@ class AstridMcpServer:
         max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
         worker_threads: int | None = None,
         resource_tools: bool = False,
+        subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
     ) -> None:
         self.backend = backend
         self.limits = limits
@@ -131,6 +149,7 @@ class AstridMcpServer:
         self._streams: dict[str, int] = {}  # open listen streams per principal
         self.worker_threads = worker_threads
         self.list_changed = ListChanged()
+        self.subscriptions = Subscriptions(self.list_changed.publish, subscription_limits)
         self.changes_handled = 0  # capsule-set events re-listed (tests wait on it)
         self._in_flight: dict[str, int] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -149,10 +168,11 @@ class AstridMcpServer:
             on_read_resource=self._on_read,
             on_list_resource_templates=self._on_templates,
             on_completion=self._on_complete,
+            on_subscribe_resource=self._on_subscribe,
+            on_unsubscribe_resource=self._on_unsubscribe,
             on_subscriptions_listen=self._on_listen,
         )
-        # 2026-07-28: the SDK would derive `subscribe: true` from the listen
-        # handler; advertise what we offer instead.
+        # 2026-07-28: advertise what we offer (`capabilities()`), the same in both eras.
         self.server.add_request_handler("server/discover", types.RequestParams, self._on_discover)
         self.server.middleware.append(self._capture_session)
         # --resource-tools: resources/list and resources/read mirrored as two read-only tools
@@ -169,7 +189,7 @@ class AstridMcpServer:
 
     def capabilities(self) -> types.ServerCapabilities:
         return types.ServerCapabilities(
-            resources=types.ResourcesCapability(list_changed=True),
+            resources=types.ResourcesCapability(subscribe=True, list_changed=True),
             completions=types.CompletionsCapability(),
             tools=self.tools.capability() if self.tools is not None else None,
         )
@@ -196,10 +216,13 @@ class AstridMcpServer:
             anyio.to_thread.current_default_thread_limiter().total_tokens = self.worker_threads
         async with anyio.create_task_group() as tg:
             self._task_group = tg
+            self.subscriptions.spawn = tg.start_soon
             tg.start_soon(self._watch_changes)
+            tg.start_soon(self._watch_updates)
             try:
                 yield {}
             finally:
+                self.subscriptions.spawn = None
                 self.list_changed.close()
                 tg.cancel_scope.cancel()
 
@@ -358,6 +381,101 @@ class AstridMcpServer:
             raise completion_error(reply.error, template)
         return types.CompleteResult(completion=to_completion(reply.values, reply.total, reply.has_more, self.limits))
 
+    # -- resource subscriptions (docs/contract.md §11) -----------------------------------
+
+    async def _on_subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        """2025-11-25 `resources/subscribe`: for a URI the principal could read, until unsubscribed or gone."""
+        principal = self._principal(ctx)
+        uri = params.uri
+        connection = _connection_of(ctx.session)
+        if self.subscriptions.holds(connection, uri):
+            return types.EmptyResult()
+        self._room_for(principal, 1)
+        owner = await self._call(principal, lambda door: door.subscribable(uri), uri=uri)
+        if owner is None:
+            raise _not_readable(uri, ctx.protocol_version)
+        self._room_for(principal, 1)  # others may have subscribed while the broker answered
+        if not self.subscriptions.joined(connection):
+            connection.exit_stack.callback(self.subscriptions.leave, connection)
+        self.subscriptions.subscribe(connection, ctx.session, principal, uri, owner)
+        return types.EmptyResult()
+
+    async def _on_unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        """2025-11-25 `resources/unsubscribe`: no more updates of the URI on this session (none held: no error)."""
+        self._principal(ctx)
+        self.subscriptions.unsubscribe(_connection_of(ctx.session), params.uri)
+        return types.EmptyResult()
+
+    def _room_for(self, principal: str, more: int) -> None:
+        if not self.subscriptions.room(principal, more):
+            held = self.subscriptions.count(principal)
+            cap = self.subscriptions.limits.subscriptions_per_principal
+            raise MCPError(
+                code=SERVER_BUSY,
+                message=f"busy: this user holds {held} resource subscriptions (the cap is {cap}); unsubscribe first",
+            )
+
+    async def _stream_subscriptions(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams, principal: str
+    ) -> object | None:
+        """A listen stream's `resourceSubscriptions`, checked as `resources/subscribe` checks one URI;
+        the token of its subscriptions (None when it names no URI). Raises before the stream is acknowledged."""
+        uris = list(dict.fromkeys(params.notifications.resource_subscriptions or ()))
+        if not uris:
+            return None
+        self._room_for(principal, len(uris))
+        owners = await self._call(principal, lambda door: {uri: door.subscribable(uri) for uri in uris})
+        unreadable = [uri for uri in uris if owners.get(uri) is None]
+        if unreadable:
+            raise _not_readable(unreadable[0], ctx.protocol_version, also=unreadable)
+        self._room_for(principal, len(uris))
+        return self.subscriptions.open_stream(principal, owners)
+
+    async def _watch_updates(self) -> None:
+        """Resource updates the broker checked: each to its principal's subscribers (coalesced)."""
+        try:
+            await self._ready()
+        except MCPError as exc:
+            log.error("%s; no resource updates", exc.message)
+            return
+        updates = await anyio.to_thread.run_sync(self.backend.updates)
+        try:
+            while True:
+                event = await anyio.to_thread.run_sync(updates.recv, 0.5, abandon_on_cancel=True)
+                if event is None:
+                    continue
+                for message in [event, *await anyio.to_thread.run_sync(updates.poll)]:
+                    principal = message.principal
+                    if not principal.is_verified or principal.name is None:
+                        continue
+                    try:
+                        uri = ResourceUpdated.model_validate(message.parsed()).uri
+                    except (ValueError, RecursionError):  # the broker sends only checked ones
+                        continue
+                    await self.subscriptions.updated(principal.name, uri)
+        finally:
+            updates.close()
+
+    async def _recheck_owners(self, principal: str) -> None:
+        """After a capsule-set change: a subscribed URI whose owner was rebuilt or removed is updated."""
+        subscribed = self.subscriptions.subscribed(principal)
+        if not subscribed:
+            return
+        try:
+            owners = await anyio.to_thread.run_sync(
+                lambda: {uri: self.backend.client_for(principal).subscribable(uri) for uri in subscribed}
+            )
+        except Exception as exc:  # keep watching; the next event tries again
+            log.warning(
+                "cannot check who serves the subscriptions of %s after a capsule-set change: %s", principal, exc
+            )
+            return
+        await self.subscriptions.owners_changed(principal, owners)
+
     # -- list_changed ------------------------------------------------------------------
 
     async def _on_listen(
@@ -383,20 +501,27 @@ class AstridMcpServer:
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams, principal: str
     ) -> SubscriptionsListenResult:
         handler = self.list_changed.listen_handler(principal)
-        access = _access_token(ctx)
-        if self.credentials is None or access is None:
-            return await handler(ctx, params)
-        with anyio.CancelScope() as scope:
-
-            async def end() -> None:
-                scope.cancel()
-
-            watched = self.credentials.watch(access, "stream", end)
-            try:
+        token = await self._stream_subscriptions(ctx, params, principal)
+        try:
+            access = _access_token(ctx)
+            if self.credentials is None or access is None:
                 return await handler(ctx, params)
-            finally:
-                self.credentials.forget(watched)
-        raise MCPError(code=types.INVALID_REQUEST, message="the credential of this stream was revoked or has expired")
+            with anyio.CancelScope() as scope:
+
+                async def end() -> None:
+                    scope.cancel()
+
+                watched = self.credentials.watch(access, "stream", end)
+                try:
+                    return await handler(ctx, params)
+                finally:
+                    self.credentials.forget(watched)
+            raise MCPError(
+                code=types.INVALID_REQUEST, message="the credential of this stream was revoked or has expired"
+            )
+        finally:
+            if token is not None:
+                self.subscriptions.close_stream(token)
 
     async def _watch_changes(self) -> None:
         """One watcher for every principal: a capsule-set event of alice re-lists alice's set."""
@@ -422,6 +547,7 @@ class AstridMcpServer:
                 touched = {e.principal.name for e in events if e.principal.is_verified and e.principal.name}
                 for principal in sorted(touched & self._connected()):
                     await self._reconcile(principal, refresh=True)
+                    await self._recheck_owners(principal)
                     self.changes_handled += 1
         finally:
             changes.close()
@@ -441,6 +567,14 @@ class AstridMcpServer:
             log.warning("cannot re-list resources of %s after a capsule-set change: %s", principal, exc)
             return
         await self.list_changed.reconcile(principal, frozenset(d.uri for d in definitions))
+
+
+def _not_readable(uri: str, protocol_version: str | None, *, also: list[str] | None = None) -> MCPError:
+    """A subscription to a URI the principal could not read: "resource not found", in the era's code."""
+    error = read_error(FrontDoorFailure(code=FailureCode.NOT_FOUND, message=""), uri, protocol_version)
+    if also is not None and len(also) > 1 and isinstance(error.error.data, dict):
+        error.error.data["uris"] = also
+    return error
 
 
 def _access_token(ctx: ServerRequestContext[Any, Any]) -> AccessToken | None:

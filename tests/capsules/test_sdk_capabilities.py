@@ -142,3 +142,52 @@ def test_a_template_lister_lists_only_uris_the_template_serves() -> None:
     _, described = only_reply(host, DescribeResponse)
     assert [r.uri for r in described.resources] == ["astrid://files/a/b.md"]
     assert sum("dropped" in message for _, message in host.logs) == 2
+
+
+# -- ctx.updated (astrid-bus:resource-events, docs/contract.md §11) ------------------------------
+
+
+def test_ctx_updated_publishes_the_event_after_the_write_and_defaults_to_the_uri_being_read():
+    capsule = Capsule("counter")
+
+    @capsule.resource("astrid://counter/hits", name="hits")
+    def hits(ctx):
+        ctx.kv.set("hits", "1")
+        ctx.updated()  # the URI being read
+        ctx.updated("astrid://counter/other")
+        return "1"
+
+    host = CapabilityHost()
+    read(capsule, "astrid://counter/hits", host)
+    events = [(topic, json.loads(payload)) for topic, payload in host.published if ".event." in topic]
+    assert events == [
+        ("resource.v1.event.updated", {"uri": "astrid://counter/hits"}),
+        ("resource.v1.event.updated", {"uri": "astrid://counter/other"}),
+    ]
+    assert host.store == {"hits": b"1"}
+    assert host.published[-1][0].startswith("resource.v1.response.read.")  # the reply comes after
+
+
+def test_ctx_updated_without_the_publish_line_names_the_line_to_add():
+    capsule = Capsule("counter")
+
+    @capsule.resource("astrid://counter/hits", name="hits")
+    def hits(ctx):
+        try:
+            ctx.updated()
+        except NotGranted as exc:
+            return str(exc)
+        return "no error"
+
+    host = CapabilityHost()
+    original = host.publish
+
+    def publish(topic, payload):
+        if ".event." in topic:
+            raise HostError("capability-denied")
+        original(topic, payload)
+
+    host.publish = publish
+    read(capsule, "astrid://counter/hits", host)
+    text = json.loads(host.published[-1][1])["contents"][0]["text"]
+    assert "resource.v1.event.updated" in text and "astrid-bus:resource-events@1.0.0" in text and "[publish]" in text

@@ -62,12 +62,15 @@ async def test_initialize_answers_at_once_with_the_resource_capability(capsules,
         assert init.server_info.name == "astrid"
         resources = init.capabilities.resources
         assert resources is not None and resources.list_changed is True
-        assert not resources.subscribe
+        assert resources.subscribe is True  # resource subscriptions (docs/contract.md §11)
         assert init.capabilities.tools is None and init.capabilities.prompts is None
-        with anyio.fail_after(30), pytest.raises(MCPError) as caught, warnings.catch_warnings():
+        with anyio.fail_after(30), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the SDK marks subscribe deprecated
             await served.session.subscribe_resource("astrid://docs/index")
-        assert caught.value.code == types.METHOD_NOT_FOUND
+        with anyio.fail_after(30), pytest.raises(MCPError) as caught, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await served.session.subscribe_resource("astrid://docs/no-such-page")
+        assert caught.value.code == -32002  # as a read of it: resource not found
         with anyio.fail_after(30):
             templates = await served.session.list_resource_templates()
         assert templates.resource_templates == []

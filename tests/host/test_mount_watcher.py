@@ -188,3 +188,42 @@ def test_a_poll_over_many_mounts_stops_at_its_budget_and_every_mount_gets_its_tu
     assert len(listed) == 120
     deferred = [r.getMessage() for r in caplog.records if "wait for a later poll" in r.getMessage()]
     assert len(deferred) == 1 and "3 of 6" in deferred[0]
+
+
+def test_it_names_the_files_that_changed_before_it_reports_the_users(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("a")
+    (notes / "gone.md").write_text("gone")
+    (notes / "same.md").write_text("same")
+    calls: list[tuple[str, Any]] = []
+    watcher = MountWatcher(
+        lambda: {notes: frozenset({"alice"})},
+        lambda users: calls.append(("users", users)),
+        interval_s=60,
+        on_files=lambda paths: calls.append(("files", paths)),
+    )
+    watcher.poll()
+    (notes / "a.md").write_text("a, longer now")
+    (notes / "gone.md").unlink()
+    (notes / "new.md").write_text("new")
+    watcher.poll()
+    expected = frozenset(os.path.join(str(notes), name) for name in ("a.md", "gone.md", "new.md"))
+    assert calls == [("files", expected), ("users", frozenset({"alice"}))]
+    watcher.poll()
+    assert len(calls) == 2  # nothing more changed
+
+
+def test_a_failing_file_callback_does_not_stop_the_list_news(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    users: list[Any] = []
+
+    def broken(paths: frozenset[str]) -> None:
+        raise RuntimeError("no")
+
+    watcher = MountWatcher(lambda: {notes: frozenset({"alice"})}, users.append, interval_s=60, on_files=broken)
+    watcher.poll()
+    (notes / "a.md").write_text("a")
+    watcher.poll()
+    assert users == [frozenset({"alice"})]

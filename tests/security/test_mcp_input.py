@@ -55,7 +55,7 @@ def error_for(server: RawServer, line: str | bytes, request_id: object) -> dict:
 def test_unknown_methods_are_method_not_found(server):
     calls = (
         (101, "no/such/method", {}),
-        (102, "resources/subscribe", {"uri": "astrid://docs/index"}),  # not offered (docs/contract.md §6)
+        (102, "logging/setLevel", {"level": "info"}),  # not offered (resources/subscribe is now: §11)
         (103, "tools/call", {"name": "x", "arguments": {}}),
         (104, "prompts/get", {"name": "x"}),
     )
@@ -214,7 +214,8 @@ def test_requests_before_initialize_are_refused_and_initialize_still_works(bundl
         assert "error" in early
         assert served.request("ping", request_id="early-ping")["result"] == {}
         init = served.initialize()
-        assert init["result"]["capabilities"]["resources"] == {"listChanged": True}
+        # subscribe: offered since resource subscriptions (docs/contract.md §11)
+        assert init["result"]["capabilities"]["resources"] == {"listChanged": True, "subscribe": True}
         assert served.request("resources/read", {"uri": "astrid://docs/index"})["result"]["contents"]
         # a second initialize does not break the session
         served.initialize()

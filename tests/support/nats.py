@@ -17,14 +17,15 @@ import anyio
 
 from tests.support.processes import astrid_exe, free_port, server_env, stop
 
-# Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer.
+# Who may publish and subscribe where (docs/nats.md): the MCP server asks, capsule hosts answer
+# (and announce resource updates).
 ROLE_PERMISSIONS = {
     "mcp": {
         "publish": ["resource.v1.request.>", "astrid.v1.host.>"],
-        "subscribe": ["resource.v1.response.>", "astrid.v1.host.>", "_INBOX.>"],
+        "subscribe": ["resource.v1.response.>", "resource.v1.event.>", "astrid.v1.host.>", "_INBOX.>"],
     },
     "capsules": {
-        "publish": ["resource.v1.response.>", "astrid.v1.host.>"],
+        "publish": ["resource.v1.response.>", "resource.v1.event.>", "astrid.v1.host.>"],
         "subscribe": ["resource.v1.request.>", "astrid.v1.host.>", "_INBOX.>"],
     },
 }
@@ -117,12 +118,14 @@ def nats_server(
 
 
 @contextmanager
-def capsule_host(url: str, folder: Path, capsule_home: Path, log: Path) -> Iterator[subprocess.Popen]:
-    """`astrid host run --bus URL --capsules FOLDER` until the block ends."""
+def capsule_host(
+    url: str, folder: Path, capsule_home: Path, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
+    """`astrid host run --bus URL --capsules FOLDER` until the block ends (`env`: more environment)."""
     with log.open("a") as errors:
         process = subprocess.Popen(
             [astrid_exe(), "host", "run", "--bus", url, "--capsules", str(folder)],
-            env=server_env(capsule_home),
+            env=server_env(capsule_home, **(env or {})),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=errors,

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from astrid_sdk import _output, _wire
 from astrid_sdk._capabilities import Files, Http, KeyValue
-from astrid_sdk._errors import DefinitionError, HostError, NotFound, RequestError
+from astrid_sdk._errors import DefinitionError, HostError, NotFound, NotGranted, RequestError
 from astrid_sdk._site import call_site, declare, exception_site, subject
 from astrid_sdk._wire import Resource, ResourceTemplate, check_uri, clean_segment, dumps, is_clean_segment
 
@@ -53,6 +53,9 @@ DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
 READ_REPLY_PREFIX = "resource.v1.response.read."
 TEMPLATES_REPLY_PREFIX = "resource.v1.response.templates."
 COMPLETE_REPLY_PREFIX = "resource.v1.response.complete."
+# astrid-bus:resource-events@1.0.0 (docs/contract.md §11): `ctx.updated(uri)` publishes here.
+UPDATED_TOPIC = "resource.v1.event.updated"
+UPDATED_WIT = "astrid-bus:resource-events@1.0.0"
 NOT_VERIFIED = "principal not verified"
 REQUEST_TIMEOUT_MS = 1000  # well inside the 2 s call budget and the 2.5 s read window
 MAX_ERROR_CHARS = 1000
@@ -101,6 +104,37 @@ class Context:
     def clock_ms(self) -> int:
         """Host wall-clock milliseconds (the guest has no clock of its own)."""
         return self._host.clock_ms()
+
+    def updated(self, uri: str | None = None) -> None:
+        """Tell this principal's clients subscribed to `uri` that it changed (docs/contract.md §11).
+
+        `uri` defaults to the URI being read. Call it once the change is
+        made (after `ctx.kv.set`, say): the host drops any kept read of it,
+        then clients read it again. It goes to the calling principal's
+        subscribers only, and the host forwards it only for a URI this
+        capsule serves that principal (it lists it, or its template covers
+        it); announcements are rate-limited. Needs one line in Capsule.toml:
+
+            [publish]
+            "resource.v1.event.updated" = { wit = "astrid-bus:resource-events@1.0.0" }
+
+        Raises `NotGranted` without that line, `DefinitionError` for a bad
+        URI, another `HostError` when the host refuses it.
+        """
+        target = self.uri if uri is None else uri
+        if not isinstance(target, str) or not target:
+            raise DefinitionError("updated(): name the URI that changed (no URI is being read here)")
+        check_uri(target)
+        try:
+            self._host.publish(UPDATED_TOPIC, dumps({"uri": target}))
+        except HostError as exc:
+            if exc.code == "capability-denied":
+                raise NotGranted(
+                    exc.code,
+                    f"{self.capsule} may not announce updates: add "
+                    f'"{UPDATED_TOPIC}" = {{ wit = "{UPDATED_WIT}" }} under [publish] in its Capsule.toml',
+                ) from None
+            raise
 
     def request(
         self, topic: str, reply_prefix: str, payload: dict | None = None, timeout_ms: int = REQUEST_TIMEOUT_MS

@@ -114,7 +114,10 @@ class FakeCapsule:
     def __post_init__(self) -> None:
         self.source_id = self.source_id or f"src-{self.name}"
         self.participant: Participant = host_participant(
-            self.name, self.source_id, publish=["resource.v1.response.*"], subscribe=["resource.v1.request.*"]
+            self.name,
+            self.source_id,
+            publish=["resource.v1.response.*", "resource.v1.event.*"],
+            subscribe=["resource.v1.request.*"],
         )
         self.bus.bind(Binding(self.participant, "resource.v1.request.describe", self._on_describe))
         self.bus.bind(Binding(self.participant, "resource.v1.request.read", self._on_read))
@@ -130,6 +133,12 @@ class FakeCapsule:
 
     def unload(self) -> None:
         self.bus.unbind_owner(self.source_id)
+
+    def announce(self, uri: str, principal: str | Principal, payload: str | None = None) -> None:
+        """Publish `updated {uri}` on resource.v1.event.updated as `principal` (docs/contract.md §11)."""
+        who = principal if isinstance(principal, Principal) else Principal.verified(principal)
+        body = json.dumps({"uri": uri}) if payload is None else payload
+        self.bus.publish(self.participant, "resource.v1.event.updated", body, who).wait(5)
 
     def _principal(self, message: Message) -> str | None:
         p = message.principal

@@ -26,6 +26,7 @@ from astrid.host.contract import (
     TextChunk,
 )
 from astrid.host.contract._base import WitType
+from astrid.host.contract.events import ResourceUpdated
 from astrid.host.contract.template import (
     Argument,
     CompleteRequest,
@@ -50,6 +51,7 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
     "argument": Argument,
     "complete-request": CompleteRequest,
     "complete-response": CompleteResponse,
+    "updated": ResourceUpdated,  # astrid-bus:resource-events@1.0.0 (docs/contract.md §11)
 }
 # Fields the JSON encoding adds that are not WIT record fields.
 VARIANT_TAG = "type"
@@ -155,9 +157,8 @@ def test_resource_contents_variant_cases_match_the_chunk_tags(wit: dict[str, Any
 
 
 def test_every_contract_record_has_a_model(wit: dict[str, Any]) -> None:
-    contract_interfaces = {
-        i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in ("types", "resource", "resource-template")
-    }
+    packages = ("types", "resource", "resource-template", "resource-events")
+    contract_interfaces = {i for i, iface in enumerate(wit["interfaces"]) if iface["name"] in packages}
     records = {
         t["name"]
         for t in wit["types"]

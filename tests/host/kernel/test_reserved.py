@@ -250,3 +250,22 @@ def test_the_kernel_logs_the_refusal_once_and_reads_the_grant_per_call(
         assert not slot.participant.may_publish("resource.v1.request.read")
     finally:
         kernel.close()
+
+
+# -- resource events (astrid-bus:resource-events, docs/contract.md §11) -------------------------
+
+
+def test_announcing_an_event_is_free_but_hearing_another_participants_takes_the_grant() -> None:
+    granted = Switch()
+    participant = capsule(granted)
+    assert topic_kind("resource.v1.event.updated") == "event"
+    assert participant.may_publish("resource.v1.event.updated")  # its own announcement: no grant
+    # Another capsule's announcement names what that capsule serves a principal: as a reply.
+    assert hears_only_replies("resource.v1.event.*") and hears_only_replies("resource.v1.event.updated")
+    assert may_hear_replies("resource.v1.*")
+    assert not participant.may_subscribe("resource.v1.event.*")
+    assert not participant.may_receive(message("resource.v1.event.updated"))
+    assert participant.may_receive(message("resource.v1.event.updated", source_id="src-cap"))  # its own
+    granted.on = True
+    assert participant.may_subscribe("resource.v1.event.*")
+    assert participant.may_receive(message("resource.v1.event.updated"))

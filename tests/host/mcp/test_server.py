@@ -84,12 +84,12 @@ async def serving(setup=None, *, principal="alice", mode="legacy", limits=Limits
         runtime.close()
 
 
-async def test_initialize_advertises_resources_with_list_changed_and_no_subscribe():
+async def test_initialize_advertises_resources_with_list_changed_and_subscribe():
     async with serving() as (client, _, _):
         caps = client.server_capabilities
         assert caps.resources is not None
         assert caps.resources.list_changed is True
-        assert not caps.resources.subscribe
+        assert caps.resources.subscribe is True  # docs/contract.md §11
         assert caps.tools is None and caps.prompts is None
         assert client.protocol_version == "2025-11-25"
 
@@ -100,7 +100,7 @@ async def test_modern_discover_advertises_the_same():
             raw = await client.session.send_discover("2026-07-28")
         result = types.DiscoverResult.model_validate(raw)
         assert result.capabilities.resources.list_changed is True
-        assert not result.capabilities.resources.subscribe
+        assert result.capabilities.resources.subscribe is True
         assert "2026-07-28" in result.supported_versions
 
 
@@ -179,14 +179,20 @@ async def test_read_timeout_is_internal_error_and_the_server_keeps_serving():
         release.set()
 
 
-async def test_subscribe_is_not_offered():
+async def test_subscribe_is_offered_for_a_uri_the_principal_could_read_only():
+    # Was "not offered" (-32601) until resource subscriptions (docs/contract.md §11).
     async with serving() as (client, _, _):
-        with anyio.fail_after(10), pytest.raises(MCPError) as caught:
+        with anyio.fail_after(10):
             await client.session.send_request(
                 types.SubscribeRequest(params=types.SubscribeRequestParams(uri="astrid://docs/readme")),
                 types.EmptyResult,
             )
-    assert caught.value.code == types.METHOD_NOT_FOUND
+        with anyio.fail_after(10), pytest.raises(MCPError) as caught:
+            await client.session.send_request(
+                types.SubscribeRequest(params=types.SubscribeRequestParams(uri="astrid://docs/nope")),
+                types.EmptyResult,
+            )
+    assert caught.value.code == -32002
 
 
 async def test_templates_list_is_empty():

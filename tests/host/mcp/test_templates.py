@@ -68,7 +68,7 @@ async def test_initialize_advertises_completions():
     async with serving() as (client, _, _):
         caps = client.server_capabilities
         assert caps.completions is not None
-        assert caps.resources is not None and caps.resources.list_changed is True and not caps.resources.subscribe
+        assert caps.resources is not None and caps.resources.list_changed is True and caps.resources.subscribe is True
 
 
 async def test_discover_advertises_completions():

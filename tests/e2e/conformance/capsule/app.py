@@ -5,7 +5,9 @@
 - `test://static-binary`: image/png, a 1x1 PNG (`resources-read-binary` asks for a
   non-empty base64 `blob` with a mime type);
 - the template `test://template/{id}/data` (`resources-templates-read` reads
-  `test://template/123/data` and looks for the id in the text).
+  `test://template/123/data` and looks for the id in the text);
+- `test://watched-resource`: what `resources-subscribe` and `resources-unsubscribe`
+  subscribe to (a principal may subscribe only to a URI it could read).
 """
 
 import base64
@@ -43,6 +45,17 @@ def static_text(ctx):
 )
 def static_binary(ctx):
     return PIXEL_PNG
+
+
+@capsule.resource(
+    "test://watched-resource",
+    name="watched-resource",
+    title="Watched resource",
+    description="A resource to subscribe to (conformance: resources-subscribe, resources-unsubscribe)",
+    mime_type="text/plain",
+)
+def watched_resource(ctx):
+    return "watched"
 
 
 @capsule.template(
