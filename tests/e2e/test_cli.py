@@ -95,6 +95,7 @@ def test_mcp_config_carries_the_astrid_settings_of_the_shell(tmp_path):
         "ASTRID_CONFIG_DIR": str(tmp_path / "config"),  # the grants and tokens
         "ASTRID_DATA_DIR": str(tmp_path / "data"),  # the kv state
     }
-    result = run("mcp", "config", env={**os.environ, **settings, "UNRELATED": "x"})
+    shell = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}  # carried too: not under test here
+    result = run("mcp", "config", env={**shell, **settings, "UNRELATED": "x"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["mcpServers"]["astrid"]["env"] == settings
