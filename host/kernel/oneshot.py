@@ -1,4 +1,4 @@
-"""One call into a capsule on its own, for tools (the build's manifest check, `astrid capsule list -v`).
+"""One call into a capsule on its own: the build's manifest check, `astrid capsule list -v`, static describes.
 
     outcome = call_once(folder, "astrid.facts")   # a CallOutcome (sandbox.py)
     outcome = call_loaded(capsule, "astrid.static", engine=engine)   # a capsule already loaded
