@@ -4,7 +4,8 @@
     -> install requirements.txt (pinned, pure Python) into an isolated site
     -> content hash -> componentize-py (unless the build cache holds it)
     -> compile it and check Capsule.toml against what it declares (asked in
-       the sandbox) -> write the manifest's [[component]] file (or OUT)
+       the sandbox) -> record its static describe (asked in the sandbox)
+    -> write the manifest's [[component]] file (or OUT)
 
 The entry module of a Python capsule is `app` (the file `app.py` at the top
 of the capsule folder); it must define `WitWorld` (`WitWorld = capsule.world()`
@@ -23,7 +24,11 @@ runs app.py inside its own WebAssembly runtime, and Capsule.toml is then
 checked against what the BUILT component declares, asked of it in the
 kernel's sandbox (`code_check.py`), on every build, from the build cache or
 not; a mismatch fails the build with the lines to add or remove, and nothing
-is written.
+is written. The build then asks it, the same way, for the describe and
+templates replies it gives every principal (the reserved action
+`astrid.static`) and keeps them beside its compile-cache entry, sealed
+(`kernel/static_replies.py`): served, a capsule with nothing dynamic answers
+describe without a guest call.
 
 Builds are cached by content hash: sha256 over the capsule's files, the SDK's
 files, the WIT files, the installed packages, the componentize-py version and
@@ -60,7 +65,7 @@ from astrid.host.build.requirements import (
     read_requirements,
     site_packages_of,
 )
-from astrid.host.errors import BuildError
+from astrid.host.errors import BuildError, CapsuleLoadError
 from astrid.host.kernel.loader import stale_component
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.settings import BUILD_CACHE_ENV, path_setting
@@ -91,6 +96,7 @@ class BuildResult:
     content_hash: str
     precompiled: Path | None  # the compile-cache entry, when precompiling ran
     warnings: tuple[str, ...] = ()  # what the build noticed but did not refuse (one sentence each)
+    static: tuple[str, ...] = ()  # the requests ("describe", "templates") the host answers without calling it
 
 
 def default_build_cache_dir() -> Path:
@@ -228,6 +234,7 @@ def build_capsule(
     # every build, from the build cache or not (Capsule.toml may have changed), and nothing of it is kept.
     _precompile(cached_wasm, progress, shown=target)
     warnings = _check_code(folder, manifest, cached_wasm, progress if not cached else None)
+    static = _record_static(folder, cached_wasm)
     _install(cached_wasm, target)
     if out is None:
         _freshen(folder, target)
@@ -243,6 +250,7 @@ def build_capsule(
         content_hash=digest,
         precompiled=precompiled,
         warnings=tuple(warnings),
+        static=static,
     )
 
 
@@ -267,6 +275,23 @@ def _check_code(folder: Path, manifest: Manifest, built: Path, progress: Progres
     if result.errors:
         raise BuildError(mismatch_message(folder, result.errors))
     return result.warnings
+
+
+def _record_static(folder: Path, built: Path) -> tuple[str, ...]:
+    """Ask the built component, in the sandbox, for the replies every principal gets, and keep them sealed
+    beside its compile-cache entry (a cached build finds them there: no call). Best effort: without a
+    record the kernel asks once itself. Returns the requests the host will answer for it."""
+    from astrid.host.kernel.compile_cache import CompileCache
+    from astrid.host.kernel.loader import load_capsule
+    from astrid.host.kernel.static_replies import StaticReplyStore
+    from astrid.host.limits import DEFAULT_LIMITS
+
+    cache = CompileCache()
+    try:
+        capsule = load_capsule(folder, cache, component=built)
+    except CapsuleLoadError:  # the manifest check said why already
+        return ()
+    return StaticReplyStore(cache, DEFAULT_LIMITS).replies_for(capsule).answered(capsule.manifest)
 
 
 def _freshen(folder: Path, target: Path) -> None:

@@ -45,10 +45,13 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest
 from astrid.host.kernel.oneshot import call_once
 from astrid.host.kernel.sandbox import CallStatus
+from astrid.host.kernel.static_replies import STATIC_ACTION
 
 # The guest SDK's reserved action and the version of its reply (astrid_sdk._capsule; a test checks they agree).
 FACTS_ACTION = "astrid.facts"
 FACTS_VERSION = 1
+# Every action the SDK reserves, and what it tells the host (a manifest must not bind them).
+RESERVED_ACTIONS = {FACTS_ACTION: "what the code declares", STATIC_ACTION: "the describe every principal gets"}
 MAX_FACTS_CHARS = 4 << 20  # a larger reply is refused unread
 RESOURCE_WIT = "astrid-bus:resource@1.0.0"
 TEMPLATE_WIT = "astrid-bus:resource-template@1.0.0"
@@ -368,10 +371,10 @@ def _check_handlers(manifest: Manifest, facts: CodeFacts, text: str, result: Che
         if handler is None or handler in SDK_HANDLERS or handler in defined:
             continue
         line = _line(text, "subscribe", pattern, _render_entry(pattern, entry.wit, handler))
-        if handler == FACTS_ACTION:
+        if handler in RESERVED_ACTIONS:
             result.errors.append(
                 f'[subscribe] binds "{pattern}" to the handler "{handler}", a name the SDK reserves (it tells the '
-                f"host what the code declares). Remove this line from [subscribe]:\n{_block([line])}"
+                f"host {RESERVED_ACTIONS[handler]}). Remove this line from [subscribe]:\n{_block([line])}"
             )
             continue
         function = re.sub(r"[^A-Za-z0-9_]", "_", handler)

@@ -17,6 +17,11 @@ re-read, re-hashed or recompiled for it.
 every resource whose last read touched one of them (`file_tracking`) is
 announced on `resource.v1.event.updated`, as its capsule, for the principal
 it was read for: the broker checks it as it checks a capsule's own.
+
+A capsule whose describe (or templates) reply is the same for every
+principal is not called for it: its build recorded the reply
+(`static_replies`; a build without a record is asked once) and the kernel
+answers the request itself, as the capsule.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
 from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
+from astrid.host.kernel.static_replies import DYNAMIC, StaticReplies, StaticReply, StaticReplyStore
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.settings import default_grants_file, default_kv_file
 from astrid.host.version import astrid_version
@@ -91,6 +97,9 @@ class KernelConfig:
     # answer may (the trust file changed): every folder is then checked again on reload.
     vet: Vet | None = None
     vet_epoch: Callable[[], object] | None = None
+    # Answer a capsule's describe (templates) request without calling it when its reply is
+    # the same for every principal (static_replies); False: always call the capsule.
+    static_replies: bool = True
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,8 @@ class Kernel:
             kv_factory=(lambda: kv_factory(self.bus)) if kv_factory is not None else None,
         )
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
+        # Each build's describe/templates replies when they are the same for every principal.
+        self.static_replies = StaticReplyStore(self.cache, self.limits)
         self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
         self._provenance: dict[str, Provenance] = {}  # who each served capsule is, by source-id
         self._failures: dict[Path, FailedSlot] = {}
@@ -232,6 +243,7 @@ class Kernel:
                 report.append(result)
                 changed = changed or did_change
             self.load_report = report
+            self.static_replies.retain(slot.capsule.wasm_sha256 for slot in self.capsules.values())
             fresh = [s for s in self.capsules.values() if self.sandboxes.live_instances(s.capsule.source_id) == 0]
             principals = sorted(self.principals, key=str)
         self._prewarm(fresh, principals)
@@ -270,9 +282,11 @@ class Kernel:
     def _load_all(self, folders: list[Path]) -> dict[Path, LoadedCapsule | CapsuleLoadError]:
         def load(folder: Path) -> LoadedCapsule | CapsuleLoadError:
             try:
-                return load_capsule(folder, self.cache, self.config.vet)
+                capsule = load_capsule(folder, self.cache, self.config.vet)
             except CapsuleLoadError as exc:
                 return exc
+            self._static_replies_of(capsule)  # learnt here, in parallel (a build not asked yet); kept for binding
+            return capsule
 
         if len(folders) <= 1:
             return {folder: load(folder) for folder in folders}
@@ -368,18 +382,61 @@ class Kernel:
             subscribe_acl=tuple(manifest.subscribe),
             bus_request_granted=self._bus_request_check(capsule),
         )
-        bindings = [
-            Binding(
-                participant,
-                pattern,
-                self._capsule_handler(capsule, participant, handler),
-                accepts=accepts_for(capsule, pattern),
-                is_capsule=True,
+        statics = self._static_replies_of(capsule)
+        bindings = []
+        for pattern, handler in manifest.handlers().items():
+            static = statics.for_binding(pattern, handler)
+            if static is not None:
+                # Answered by the host, as the capsule, in the publisher's thread: no sandbox, no guest call.
+                bindings.append(
+                    Binding(
+                        participant,
+                        pattern,
+                        self._static_handler(capsule, participant, handler, static),
+                        accepts=accepts_for(capsule, pattern),
+                        inline=True,
+                    )
+                )
+                continue
+            bindings.append(
+                Binding(
+                    participant,
+                    pattern,
+                    self._capsule_handler(capsule, participant, handler),
+                    accepts=accepts_for(capsule, pattern),
+                    is_capsule=True,
+                )
             )
-            for pattern, handler in manifest.handlers().items()
-        ]
         self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
         return participant
+
+    def _static_replies_of(self, capsule: LoadedCapsule) -> StaticReplies:
+        """The build's static replies (recorded at build, else asked once); DYNAMIC if learning them failed."""
+        if not self.config.static_replies:
+            return DYNAMIC
+        try:
+            return self.static_replies.replies_for(capsule)
+        except Exception as exc:  # never fail a load over an optimisation: the capsule answers itself
+            log.warning("capsule %s: its static replies are not used: %s", capsule.name, exc)
+            return DYNAMIC
+
+    def _static_handler(
+        self, capsule: LoadedCapsule, participant: Participant, handler: str, reply: StaticReply
+    ) -> Callable[[Message], None]:
+        """Publish the capsule's static reply as the capsule, for the requesting principal, as its SDK would."""
+        stats = self.static_replies.stats
+
+        def answer(message: Message) -> None:
+            if not message.principal.is_verified:
+                return  # the SDK lists nothing for anyone else (docs/contract.md §5.5)
+            try:
+                self.bus.publish(participant, reply.topic, reply.payload, message.principal)
+            except BusError as exc:  # refused as the guest's publish would have been (and logged alike)
+                log.debug("capsule %s: its %s reply was refused: %s", capsule.name, handler, exc)
+                return
+            stats.answered += 1
+
+        return answer
 
     def _bus_request_check(self, capsule: LoadedCapsule) -> Callable[[], bool]:
         """Has the operator granted this capsule `bus:request`, as the grants file says now?"""

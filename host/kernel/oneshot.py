@@ -1,6 +1,7 @@
-"""One call into a capsule on its own, for tools (the build's manifest check, `astrid capsule list -v`).
+"""One call into a capsule on its own: the build's manifest check, `astrid capsule list -v`, static describes.
 
     outcome = call_once(folder, "astrid.facts")   # a CallOutcome (sandbox.py)
+    outcome = call_loaded(capsule, "astrid.static", engine=engine)   # a capsule already loaded
 
 The component runs in the kernel's sandbox exactly as when it is served: no
 WASI, the host ABI only, bounded in wall time and memory (`Limits`), one Store
@@ -22,7 +23,8 @@ from astrid.host.bus.memory import now_iso
 from astrid.host.capabilities.grants import GrantStore
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.compile_cache import CompileCache
-from astrid.host.kernel.loader import load_capsule
+from astrid.host.kernel.engine import WasmEngine
+from astrid.host.kernel.loader import LoadedCapsule, load_capsule
 from astrid.host.kernel.sandbox import CallOutcome, SandboxPool
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 
@@ -47,12 +49,25 @@ def call_once(
     """
     cache = cache if cache is not None else CompileCache()
     capsule = load_capsule(folder, cache, component=component)
+    return call_loaded(capsule, handler, payload, engine=cache.wasm_engine, limits=limits, principal=principal)
+
+
+def call_loaded(
+    capsule: LoadedCapsule,
+    handler: str,
+    payload: str = "",
+    *,
+    engine: WasmEngine,
+    limits: Limits = DEFAULT_LIMITS,
+    principal: Principal | None = None,
+) -> CallOutcome:
+    """`call_once` for a capsule already loaded (compiled for `engine`): the kernel's static replies."""
     caller = principal if principal is not None else Principal.system()
     with tempfile.TemporaryDirectory(prefix="astrid-oneshot-") as scratch:
         bus = InMemoryBus(max_payload_bytes=limits.bus_message_bytes)
         grants = GrantStore(Path(scratch) / "grants.json")  # never written: no grants
-        abi = HostAbi(cache.wasm_engine.engine, bus, grants, Path(scratch) / "kv.sqlite3", quiet=True)
-        pool = SandboxPool(cache.wasm_engine, abi, limits, max_instances=1, quiet=True)
+        abi = HostAbi(engine.engine, bus, grants, Path(scratch) / "kv.sqlite3", quiet=True)
+        pool = SandboxPool(engine, abi, limits, max_instances=1, quiet=True)
         alone = Participant(source_id=capsule.source_id, name=capsule.name)  # no publish or subscribe rights
         # The message has no topic of its own: the handler's name stands in (the guest never sees it).
         message = Message(handler, payload, SENDER, caller, now_iso(), 0)

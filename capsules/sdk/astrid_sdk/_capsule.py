@@ -17,12 +17,22 @@ bound in `Capsule.toml`: "describe" for `resource.v1.request.describe`,
 - complete: for one of this capsule's templates, a complete-response on
   `resource.v1.response.complete.<correlation_id>`; for any other, nothing.
 
-One more action is reserved: `astrid.facts` (`FACTS_ACTION`) answers
-`("final", <JSON>)` with what the code declares (`Capsule.facts()`: the
-name, resources, families, templates with their completers, `@capsule.on`
-handlers and where each is declared). It runs no handler, needs no principal
-and is the same for every caller: the host asks it of a built component, in
-the sandbox, to check Capsule.toml (`astrid capsule build`, `capsule list -v`).
+Two more actions are reserved. Both run no handler, need no principal and
+are the same for every caller:
+
+- `astrid.facts` (`FACTS_ACTION`) answers `("final", <JSON>)` with what the
+  code declares (`Capsule.facts()`: the name, resources, families, templates
+  with their completers, `@capsule.on` handlers and where each is declared):
+  the host asks it of a built component, in the sandbox, to check
+  Capsule.toml (`astrid capsule build`, `capsule list -v`);
+- `astrid.static` (`STATIC_ACTION`) answers `("final", <JSON>)` with the
+  describe and templates replies this capsule gives *any* verified principal,
+  when its declarations make them the same for everyone
+  (`Capsule.static_replies()`): the exact topic and payload the describe and
+  templates handlers publish, or null for one that depends on the caller (a
+  `visible` filter, a lister). The host asks it once per build and then
+  answers those requests itself, without running the capsule
+  (docs/capsules.md, "Static describes").
 
 The principal comes only from `get-caller()`; anything but a `verified`
 principal fails closed before user code runs. Nothing a handler does (raise,
@@ -49,6 +59,10 @@ SDK_HANDLERS = (DESCRIBE_HANDLER, READ_HANDLER, TEMPLATES_HANDLER, COMPLETE_HAND
 # Reserved: the host asks it of a built component (docs/capsules.md, "The manifest check").
 FACTS_ACTION = "astrid.facts"
 FACTS_VERSION = 1
+# Reserved: the host asks it once per build, to answer static describes itself (docs/capsules.md).
+STATIC_ACTION = "astrid.static"
+STATIC_VERSION = 1
+RESERVED_ACTIONS = (FACTS_ACTION, STATIC_ACTION)
 DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
 READ_REPLY_PREFIX = "resource.v1.response.read."
 TEMPLATES_REPLY_PREFIX = "resource.v1.response.templates."
@@ -447,9 +461,10 @@ class Capsule:
         self._by_prefix: list[Template] = []  # longest literal prefix first, then declaration order
         self._handlers: dict[str, object] = {}
         self._counter = 0
-        # The describe reply when it cannot differ between calls (static resources
-        # only, none with `visible`): encoded once, then reused (docs/performance.md).
+        # The describe and templates replies when they cannot differ between calls
+        # (no `visible`, no lister): encoded once, then reused (docs/performance.md).
         self._constant_describe: tuple[str, int] | None = None
+        self._constant_templates: tuple[str, int] | None = None
 
     # -- declaring ----------------------------------------------------------
 
@@ -596,7 +611,7 @@ class Capsule:
         """
 
         def decorate(function):
-            if handler_name in SDK_HANDLERS or handler_name == FACTS_ACTION:
+            if handler_name in SDK_HANDLERS or handler_name in RESERVED_ACTIONS:
                 raise DefinitionError(
                     "served by the SDK itself (bind another handler name in Capsule.toml)",
                     site=call_site(),
@@ -643,6 +658,32 @@ class Capsule:
             "sites": sites,
         }
 
+    def static_replies(self, host) -> dict:
+        """The describe and templates replies every verified principal gets, as the
+        JSON object the reserved action `astrid.static` answers:
+
+            {"static": 1,
+             "describe": {"topic": "resource.v1.response.describe.<name>", "payload": "<JSON>"} | null,
+             "templates": {"topic": "resource.v1.response.templates.<name>", "payload": "<JSON>"} | null}
+
+        `payload` is the very text the describe (templates) handler publishes,
+        from the same code path. null when the reply may depend on the caller:
+        for describe, a resource with `visible` or a family or template with a
+        lister; for templates, a template with `visible`. No handler, lister or
+        `visible` runs; `host` only takes the log lines of an over-limit reply.
+        """
+        describe = self._constant_describe_reply(host)
+        templates = self._constant_templates_reply(host)
+        return {
+            "static": STATIC_VERSION,
+            "describe": None
+            if describe is None
+            else {"topic": DESCRIBE_REPLY_PREFIX + self.reply_suffix, "payload": describe[0]},
+            "templates": None
+            if templates is None
+            else {"topic": TEMPLATES_REPLY_PREFIX + self.reply_suffix, "payload": templates[0]},
+        }
+
     def world(self):
         """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""
         try:
@@ -683,6 +724,8 @@ class Capsule:
         try:
             if action == FACTS_ACTION:  # static declarations only: before (and without) any principal check
                 return "final", dumps(self.facts())
+            if action == STATIC_ACTION:  # the same for every caller: before (and without) any principal check
+                return "final", dumps(self.static_replies(host))
             if action == DESCRIBE_HANDLER:
                 return self._describe(host)
             if action == READ_HANDLER:
@@ -712,10 +755,7 @@ class Capsule:
         caller = self._verified(host)
         if caller is None:
             return "deny", NOT_VERIFIED
-        constant = self._constant_describe
-        if constant is None and self._describe_is_constant():
-            statics = [static.definition for static in self._static.values()]
-            constant = self._constant_describe = self._describe_body(host, statics)
+        constant = self._constant_describe_reply(host)
         if constant is not None:
             host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, constant[0])
             return "final", f"{constant[1]} resources"
@@ -765,6 +805,19 @@ class Capsule:
         body, count = self._describe_body(host, listed)
         host.publish(DESCRIBE_REPLY_PREFIX + self.reply_suffix, body)
         return "final", f"{count} resources"
+
+    def _constant_describe_reply(self, host) -> tuple[str, int] | None:
+        """The describe reply (JSON, count) when it is the same for every verified principal, else None."""
+        if self._constant_describe is None and self._describe_is_constant():
+            statics = [static.definition for static in self._static.values()]
+            self._constant_describe = self._describe_body(host, statics)
+        return self._constant_describe
+
+    def _constant_templates_reply(self, host) -> tuple[str, int] | None:
+        """The templates reply (JSON, count) when it is the same for every verified principal, else None."""
+        if self._constant_templates is None and all(t.visible is None for t in self._templates):
+            self._constant_templates = self._templates_body(host, [t.definition for t in self._templates])
+        return self._constant_templates
 
     def _describe_is_constant(self) -> bool:
         """Static resources only, none with `visible`, no lister: every principal gets the same reply."""
@@ -921,8 +974,19 @@ class Capsule:
         caller = self._verified(host)
         if caller is None:
             return "deny", NOT_VERIFIED
-        ctx = Context(self, host, caller)
-        listed = [t.definition for t in self._templates if self._visible(host, t, ctx, f"templates {t.uri_template}")]
+        constant = self._constant_templates_reply(host)
+        if constant is None:
+            ctx = Context(self, host, caller)
+            listed = [
+                t.definition for t in self._templates if self._visible(host, t, ctx, f"templates {t.uri_template}")
+            ]
+            constant = self._templates_body(host, listed)
+        body, count = constant
+        host.publish(TEMPLATES_REPLY_PREFIX + self.reply_suffix, body)
+        return "final", f"{count} templates"
+
+    def _templates_body(self, host, listed: list[ResourceTemplate]) -> tuple[str, int]:
+        """The templates reply's JSON and how many templates it lists, within the contract's limits."""
         if len(listed) > _wire.MAX_TEMPLATES_PER_DESCRIBE:
             self._log(
                 host,
@@ -936,8 +1000,7 @@ class Capsule:
             self._log(host, "warn", f"templates: reply over 1 MiB, dropping the last {drop} templates")
             del listed[-drop:]
             body = dumps(_wire.templates_response(listed))
-        host.publish(TEMPLATES_REPLY_PREFIX + self.reply_suffix, body)
-        return "final", f"{len(listed)} templates"
+        return body, len(listed)
 
     def _template_named(self, uri_template: str) -> Template | None:
         for template in self._templates:

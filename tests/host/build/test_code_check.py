@@ -317,3 +317,16 @@ def test_binding_the_reserved_facts_action_is_a_line_to_remove():
     (error,) = check_manifest(manifest, CodeFacts(name="r")).errors
     assert '[subscribe] binds "r.facts" to the handler "astrid.facts", a name the SDK reserves' in error
     assert 'Remove this line from [subscribe]:\n    "r.facts" = { wit = "opaque", handler = "astrid.facts" }' in error
+
+
+def test_binding_the_reserved_static_action_is_a_line_to_remove():
+    manifest = parse_manifest(
+        {
+            "package": {"name": "r", "version": "1"},
+            "component": [{"id": "r", "file": "r.wasm"}],
+            "subscribe": {"r.static": {"wit": "opaque", "handler": "astrid.static"}},
+        }
+    )
+    (error,) = check_manifest(manifest, CodeFacts(name="r")).errors
+    assert '[subscribe] binds "r.static" to the handler "astrid.static", a name the SDK reserves' in error
+    assert "(it tells the host the describe every principal gets)" in error
