@@ -46,7 +46,6 @@ def host_run(
     from astrid.host.runtime import RuntimeConfig, make_kernel, watch_kernel
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid-host")
-    observing.use_log_format()
     if bus_url is None:
         raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
     bus = BusOptions(bus_url, nats_creds)

@@ -279,7 +279,6 @@ def mcp_serve(
     and JSON log lines (--log-format json): docs/operations.md.
     """
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")
-    observing.use_log_format()
     config = serving_config()  # astrid.toml: its values are the defaults of the options above
     if config is not None:
         _say(f"settings from {config.path} ({config.found}; flags override it)")

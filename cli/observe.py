@@ -1,8 +1,8 @@
 """`--otel`, `--metrics [HOST:]PORT`, `--metrics-public` and `--log-format`: what a running server shows
 its operator (docs/operations.md). Shared by `astrid mcp serve` and `astrid host run`.
 
-    observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")
-    observing.start()        # JSON lines, tracing from OTEL_* (or --otel), the /metrics listener
+    observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")  # JSON lines now
+    observing.start()        # tracing from OTEL_* (or --otel), the /metrics listener: the banner's lines
     ...
     observing.close()        # flushes the spans still queued, closes the listener
 """
@@ -78,6 +78,8 @@ class Observability:
         self.service = service
         self.provider: Any = None
         self.listener: Any = None
+        if log_format == "json":  # first of all: every line after this one as JSON, an error below too
+            output.use_json()
         if metrics_public and metrics_address is None:
             raise UserError("--metrics-public goes with --metrics [HOST:]PORT")
         if metrics_address is not None:
@@ -90,11 +92,6 @@ class Observability:
                     "(they name capsules and users, with no credential asked); bind 127.0.0.1 and scrape "
                     "from this machine, or add --metrics-public"
                 )
-
-    def use_log_format(self) -> None:
-        """First of all: every line after this one in the chosen format."""
-        if self.log_format == "json":
-            output.use_json()
 
     def start(self) -> list[str]:
         """Tracing and the metrics listener; the banner lines that say so."""

@@ -155,7 +155,8 @@ class CapabilityAbi:
                 except BaseException as exc:
                     value = error_value(interface, exc)
                     outcome = value.tag if isinstance(value, Variant) else "unknown"
-                    tracing.fail(span, outcome)
+                    if outcome != "not-found":  # an absent key or file is an answer, not a failure
+                        tracing.fail(span, outcome)
                 else:
                     outcome = "ok"
                     status = getattr(value, "status", None) if interface == HTTP else None

@@ -89,7 +89,9 @@ def configure(
 ) -> Any:
     """Switch tracing on when the variables (or `forced`) say so; the SDK's `TracerProvider`, or None.
 
-    `exporter` replaces the one the variables name (a test's in-memory exporter).
+    `env` decides on or off and which exporter; the OTLP exporters and the SDK read their own
+    settings (endpoint, headers, OTEL_BSP_*, OTEL_SERVICE_NAME) from `os.environ`, so `env` is
+    `os.environ` outside tests. `exporter` replaces the one the variables name (a test's in-memory exporter).
     Raises `TelemetryConfigError` for a value it cannot honour.
     """
     global _provider

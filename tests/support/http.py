@@ -63,11 +63,13 @@ def http_server(
     ready_s: float = 120,
     verbose: bool = False,
     fd_limit: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[HttpServer]:
     """Start `astrid mcp serve --http 127.0.0.1:0` on `folders`; stop it at the end.
 
     `verbose` runs it with `-v`: the broker logs every list and read it serves.
-    `fd_limit` starts it with that soft and hard open-file limit (a small machine's)."""
+    `fd_limit` starts it with that soft and hard open-file limit (a small machine's); `env`: more
+    environment variables (e.g. OTEL_*)."""
     args = [astrid_exe(), *(["-v"] if verbose else []), "mcp", "serve", "--http", "127.0.0.1:0", *extra]
     if "--jwks" not in extra and "--no-auth" not in extra:
         args += ["--tokens", str(token_dir / "tokens.json")]
@@ -80,7 +82,7 @@ def http_server(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            env=server_env(capsule_home),
+            env=server_env(capsule_home, **(env or {})),
             preexec_fn=None if fd_limit is None else lambda: _limit_files(fd_limit),
         )
     try:
