@@ -242,7 +242,11 @@ class AstridMcpServer:
             parent = tracing.extract(ctx.meta) or tracing.extract(_trace_headers(ctx))
         with tracing.span(method, attributes, kind="server", parent=parent, record_exception=False) as span:
             try:
-                return await call_next(ctx)
+                result = await call_next(ctx)
+                if method == "tools/call" and _tool_failed(result):  # a failed tool call is a result, not an error
+                    status = "tool_error"
+                    tracing.fail(span, status)
+                return result
             except MCPError as exc:
                 status = str(exc.error.code)
                 if span:
@@ -521,6 +525,13 @@ def _span_attributes(ctx: ServerRequestContext[Any, Any], principal: str | None)
         elif isinstance(ref, Mapping) and isinstance(ref.get("uri"), str):  # completion/complete
             attributes["astrid.uri_template"] = ref["uri"][:2048]
     return attributes
+
+
+def _tool_failed(result: Any) -> bool:
+    """Did a tools/call result say `isError` (the model, or the dict it may already be)?"""
+    if isinstance(result, types.CallToolResult):
+        return bool(result.is_error)
+    return isinstance(result, Mapping) and result.get("isError") is True
 
 
 def _trace_headers(ctx: ServerRequestContext[Any, Any]) -> dict[str, str] | None:

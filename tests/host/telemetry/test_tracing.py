@@ -175,10 +175,13 @@ async def test_one_read_is_one_span_tree_in_the_clients_trace(built, exporter, t
 async def test_a_refused_capability_and_a_failed_read_are_error_spans(built, exporter, tmp_path) -> None:
     runtime = counter_runtime(built, tmp_path)  # kv granted, fs not
     try:
-        async with Client(AstridMcpServer(runtime, limits=runtime.limits).server) as client:
+        server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=True)
+        async with Client(server.server) as client:
             await client.session.read_resource("astrid://counter/note")
             with pytest.raises(MCPError) as missing:
                 await client.session.read_resource("astrid://counter/none")
+            tool = await client.session.call_tool("read_resource", {"uri": "astrid://counter/none"})
+            assert tool.is_error
             spans = await settled(exporter, lambda spans: read_calls(spans) >= 1)
     finally:
         runtime.close()
@@ -192,6 +195,12 @@ async def test_a_refused_capability_and_a_failed_read_are_error_spans(built, exp
     assert failed.attributes is not None and failed.attributes["rpc.response.status_code"] == str(
         missing.value.error.code
     )
+    # a tool call that failed answers a result, not an error: its span says it failed all the same
+    (called,) = [s for s in spans if s.name == "tools/call"]
+    assert called.status.status_code is StatusCode.ERROR
+    assert called.attributes is not None and called.attributes["error.type"] == "tool_error"
+    assert called.attributes["gen_ai.tool.name"] == "read_resource"
+    assert called.attributes["mcp.resource.uri"] == "astrid://counter/none"
     # without a traceparent each request starts a trace of its own
     assert all(s.parent is None for s in reads) and len({s.context.trace_id for s in reads}) == 2
 
