@@ -114,6 +114,7 @@ async def test_the_counters_move_as_the_traffic_says(built, capsule_home, tmp_pa
     labels = {v for (_, pairs) in after for (_, v) in pairs}
     assert not [v for v in labels if "astrid://" in v or "SECRET" in v or token in v]
     assert value(after, "process_start_time_seconds") > 0  # the process collector is there too
+    assert not [name for name, _ in after if name.endswith("_created")]  # no creation-time twin of each series
 
 
 async def test_astrid_status_summarises_a_running_server(built, capsule_home, tmp_path) -> None:
