@@ -103,6 +103,15 @@ def run() -> dict:
                 )
                 results["nats"] = json.loads(nats.stdout.strip().splitlines()[-1])
                 results["nats"]["capsules"] = count
+                log(f"K={count}: tracing and metrics off and on, in-process ...")
+                telemetry = subprocess.run(
+                    python_command("-m", "bench.telemetry", str(folder), str(ROUNDS)),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results["telemetry"] = json.loads(telemetry.stdout.strip().splitlines()[-1])
+                results["telemetry"]["capsules"] = count
             fanout = subprocess.run(
                 python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
             )
@@ -181,6 +190,20 @@ def table(results: dict) -> str:
                 f"| {metric} over NATS (astrid vs astrid in-memory) | {nats['capsules']} | "
                 f"{a['median_ms']:.2f} ({a['p99_ms']:.2f}) | {b['median_ms']:.2f} ({b['p99_ms']:.2f}) | "
                 f"{nats['ratios'][metric]:.2f}x |"
+            )
+    if "telemetry" in results:
+        telemetry = results["telemetry"]
+        off = telemetry["read_text"]["off"]
+        for name, what in (
+            ("off_again", "off, a second sample (the noise floor)"),
+            ("tracing", "tracing on (OTLP to loopback)"),
+            ("metrics", "metrics on"),
+        ):
+            measured = telemetry["read_text"][name]
+            rows.append(
+                f"| in-process read, {what}: median us (added) | {telemetry['capsules']} | "
+                f"{measured['median_us']:.0f} ({measured['added_us']:+.0f}) | off: {off['median_us']:.0f} "
+                f"| {telemetry['ratios'][name]:.2f}x |"
             )
     largest = max(results["counts"])
     smallest = min(results["counts"])

@@ -65,6 +65,10 @@ KEYS: dict[str, Key] = {
     "bus": Key("bus_url", "str", 'bus = "nats://127.0.0.1:4222"'),
     "nats-creds": Key("nats_creds", "file", 'nats-creds = "astrid.creds"'),
     "access-log": Key("access_log", "bool", "access-log = false"),
+    "otel": Key("otel", "bool", "otel = true"),
+    "metrics": Key("metrics_address", "address", 'metrics = "127.0.0.1:9464"'),
+    "metrics-public": Key("metrics_public", "bool", "metrics-public = true"),
+    "log-format": Key("log_format", "str", 'log-format = "json"'),
 }
 # Settings that only an HTTP server uses (stdio ignores them when they come from the file).
 HTTP_ONLY = (

@@ -9,4 +9,6 @@ class UserError(click.ClickException):
     """An error the user can fix; printed as `error: <message>`."""
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        from astrid.cli.output import error
+
+        error(self.format_message())

@@ -21,7 +21,11 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
     "grants": ("What the operator granted capsules.", ()),
     "mcp serve": (
         "Serve capsule resources to MCP clients (stdio, or HTTP).",
-        ("astrid mcp serve --capsules ./notes", "astrid mcp serve --http 127.0.0.1:8000 --capsules ./notes"),
+        (
+            "astrid mcp serve --capsules ./notes",
+            "astrid mcp serve --http 127.0.0.1:8000 --capsules ./notes",
+            "astrid mcp serve --http 8000 --metrics 9464 --log-format json",
+        ),
     ),
     "mcp config": (
         "Print a client's config entry for this server.",
@@ -75,6 +79,10 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
     "trust list": ("List trusted publishers and their namespaces.", ("astrid trust list",)),
     "trust remove": ("Stop trusting a publisher (or one key).", ("astrid trust remove acme",)),
     "grants list": ("List every capsule's grants.", ("astrid grants list", "astrid grants list --json")),
+    "status": (
+        "A running server's live summary, from its metrics.",
+        ("astrid status", "astrid status --metrics http://127.0.0.1:9464/metrics"),
+    ),
 }
 
 

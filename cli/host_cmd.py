@@ -13,9 +13,11 @@ from pathlib import Path
 
 import click
 
+from astrid.cli import output
 from astrid.cli.errors import UserError
 from astrid.cli.main import cli
 from astrid.cli.mcp_cmd import BusOptions, bus_options, capsules_option, resolve_capsule_paths
+from astrid.cli.observe import Observability, observability_options
 
 
 @cli.group()
@@ -26,17 +28,38 @@ def host() -> None:
 @host.command("run")
 @capsules_option
 @bus_options
-def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None) -> None:
-    """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
-    from astrid.host.runtime import RuntimeConfig, make_kernel
+@observability_options
+def host_run(
+    capsule_dirs: tuple[Path, ...],
+    bus_url: str | None,
+    nats_creds: Path | None,
+    otel: bool,
+    metrics_address: str | None,
+    metrics_public: bool,
+    log_format: str,
+) -> None:
+    """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM).
+
+    Traces (OTEL_* or --otel; a request's trace continues here from the MCP server's), metrics
+    (--metrics) and JSON log lines (--log-format json) as for `astrid mcp serve` (docs/operations.md).
+    """
+    from astrid.host.runtime import RuntimeConfig, make_kernel, watch_kernel
     from astrid.host.watch import WATCH_INTERVAL_S, MountWatcher
 
+    observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid-host")
     if bus_url is None:
         raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
     bus = BusOptions(bus_url, nats_creds)
     config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
     bus.apply(config)
-    kernel = make_kernel(config, role="capsules")
+    for line in observing.start():
+        output.say(line)
+    try:
+        kernel = make_kernel(config, role="capsules")
+    except BaseException:
+        observing.close()
+        raise
+    forget_gauges = watch_kernel(kernel)
     watcher: MountWatcher | None = None
     try:
         report = kernel.start()
@@ -49,10 +72,10 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
         loaded = [result.name for result in report if result.ok]
         failed = [result for result in report if not result.ok]
         for result in failed:
-            click.echo(f"astrid: capsule {result.folder} not loaded: {result.error}", err=True)
+            output.say(f"capsule {result.folder} not loaded: {result.error}", level="error")
         shown = bus_url.split("@")[-1]
-        click.echo(f"astrid: hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}", err=True)
-        click.echo("astrid: an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops", err=True)
+        output.say(f"hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}")
+        output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -60,7 +83,9 @@ def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Pa
     finally:
         if watcher is not None:
             watcher.stop()
+        forget_gauges()
         kernel.close()
+        observing.close()
 
 
 @host.command("nats-permissions")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from astrid.cli import output
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
     INTERRUPTED_EXIT,
@@ -26,6 +27,7 @@ from astrid.cli.mcp_cmd import (
     resolve_principal,
     show_server_events,
 )
+from astrid.cli.observe import Observability
 
 # Worker threads for requests: the per-principal cap (16) times a few
 # principals, so one busy principal never holds every thread.
@@ -61,7 +63,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def _say(message: str) -> None:
-    click.echo(f"astrid: {message}", err=True)
+    output.say(message)
 
 
 def _verifier(options: HttpOptions, host: str):
@@ -125,7 +127,13 @@ def _limits_line(listener) -> str:
     return line
 
 
-def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, options: HttpOptions) -> None:
+def serve_http(
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    watch: bool,
+    options: HttpOptions,
+    observing: Observability | None = None,
+) -> None:
     from astrid.cli.http_limits import with_overrides
     from astrid.host.limits import HttpLimits
     from astrid.host.mcp.http import HttpListener, HttpSettings
@@ -158,6 +166,7 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
         tls_key=options.tls_key,
         limits=limits,
         access_log=options.access_log,
+        uvicorn_log_config=not output.json_lines,  # JSON lines: uvicorn's go through astrid's handlers
     )
     server = AstridMcpServer(
         runtime, limits=runtime.limits, worker_threads=WORKER_THREADS, resource_tools=options.resource_tools
@@ -176,6 +185,12 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
     _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
     if options.resource_tools:
         _say(RESOURCE_TOOLS_LINE)
+    try:
+        for line in observing.start() if observing is not None else ():
+            _say(line)
+    except UserError:
+        listener.close()
+        raise
     runtime.start(background=True)
     hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
     announce(runtime, watch, hint)
@@ -187,6 +202,8 @@ def serve_http(capsule_dirs: tuple[Path, ...], principal: str | None, watch: boo
     finally:
         listener.close()
         runtime.close()
+        if observing is not None:
+            observing.close()
     if interrupted:  # as on stdio: said, and the status of an interrupted command
         if os.isatty(2):  # after the terminal's `^C`
             click.echo("", err=True)

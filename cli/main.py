@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from astrid.cli import output
 from astrid.host.errors import AstridError
 from astrid.host.version import astrid_version
 
@@ -72,6 +73,7 @@ def _register_commands() -> None:
         mcp_cmd,
         oci_cmd,
         resources_cmd,
+        status_cmd,
         token_cmd,
         trust_cmd,
     )
@@ -87,12 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     except AstridError as exc:  # one of ours: its message names the cause and the fix
         if verbose:
             raise
-        click.echo(f"error: {exc}", err=True)
+        output.error(str(exc))
         sys.exit(1)
     except Exception as exc:  # last resort: never a traceback unless -v
         if verbose:
             raise
-        click.echo(f"error: {exc} (run with -v for details)", err=True)
+        output.error(f"{exc} (run with -v for details)")
         sys.exit(1)
 
 

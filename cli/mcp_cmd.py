@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from astrid.cli import output
 from astrid.cli.client_install import (
     CLIENTS,
     check_name,
@@ -36,6 +37,7 @@ from astrid.cli.config_file import (
 from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
+from astrid.cli.observe import Observability, observability_options
 
 log = logging.getLogger("astrid.cli")
 
@@ -174,7 +176,7 @@ def bus_options(function):
 
 
 def _say(message: str) -> None:
-    click.echo(f"astrid: {message}", err=True)
+    output.say(message)
 
 
 # -- serve -----------------------------------------------------------------------------
@@ -243,6 +245,7 @@ def _say(message: str) -> None:
     "[default: on].",
 )
 @bus_options
+@observability_options
 def mcp_serve(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -263,13 +266,19 @@ def mcp_serve(
     access_log: bool,
     bus_url: str | None,
     nats_creds: Path | None,
+    otel: bool,
+    metrics_address: str | None,
+    metrics_public: bool,
+    log_format: str,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
     On stdio, stdout carries only JSON-RPC; everything else goes to stderr.
     The server answers `initialize` at once; capsules load in the background
-    and requests wait for them.
+    and requests wait for them. Traces (OTEL_* or --otel), metrics (--metrics)
+    and JSON log lines (--log-format json): docs/operations.md.
     """
+    observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")
     config = serving_config()  # astrid.toml: its values are the defaults of the options above
     if config is not None:
         _say(f"settings from {config.path} ({config.found}; flags override it)")
@@ -292,7 +301,7 @@ def mcp_serve(
         unused = [k for k in HTTP_ONLY if config and config.values.get(KEYS[k].param) and from_file(KEYS[k].param)]
         if unused and config is not None:
             _say(f"{config.path}: {', '.join(unused)}: used with --http only (this serves stdio)")
-        _serve_stdio(capsule_dirs, principal, watch, resource_tools, bus)
+        _serve_stdio(capsule_dirs, principal, watch, resource_tools, bus, observing)
         return
     if config is not None and principal is not None and not no_auth and from_file("principal"):
         _say(f"{config.path}: principal: used on stdio and with no-auth only (with auth, a credential names its user)")
@@ -316,11 +325,16 @@ def mcp_serve(
         bus=bus,
         access_log=access_log,
     )
-    serve_http(capsule_dirs, principal, watch, options)
+    serve_http(capsule_dirs, principal, watch, options, observing)
 
 
 def _serve_stdio(
-    capsule_dirs: tuple[Path, ...], principal: str | None, watch: bool, resource_tools: bool, bus: BusOptions
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    watch: bool,
+    resource_tools: bool,
+    bus: BusOptions,
+    observing: Observability | None = None,
 ) -> None:
     import anyio
 
@@ -346,6 +360,8 @@ def _serve_stdio(
             _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
         if resource_tools:
             _say(RESOURCE_TOOLS_LINE)
+        for line in observing.start() if observing is not None else ():
+            _say(line)
         runtime.start(background=True)
         hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
         if terminal:
@@ -360,6 +376,8 @@ def _serve_stdio(
         finally:
             runtime.close()
             stop.close()
+            if observing is not None:
+                observing.close()
     if stop.requested or interrupted:
         _say("stopped")
         sys.exit(INTERRUPTED_EXIT)
@@ -423,7 +441,7 @@ def show_server_events() -> None:
         if any(getattr(h, "astrid_events", False) for h in logger.handlers):
             continue
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("astrid: %(message)s"))
+        handler.setFormatter(output.formatter("astrid: %(message)s"))
         handler.astrid_events = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -51,6 +51,7 @@ from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
+from astrid.host.telemetry import metrics
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher, ValueWatcher, events
 
 log = logging.getLogger("astrid.host.runtime")
@@ -181,6 +182,22 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     return kernel
 
 
+def watch_kernel(kernel: Any) -> Callable[[], None]:
+    """`--metrics`: the gauges a kernel answers (capsules loaded, live and quarantined sandboxes),
+    read when scraped. Returns the call that stops them (a closed kernel answers nothing)."""
+    forgets = [metrics.watch("astrid_capsules_loaded", metrics.one(lambda: len(kernel.loaded())))]
+    sandboxes = getattr(kernel, "sandboxes", None)  # a test's stand-in kernel may have none
+    if sandboxes is not None:
+        forgets.append(metrics.watch("astrid_sandboxes_live", metrics.one(sandboxes.live_instances)))
+        forgets.append(metrics.watch("astrid_sandboxes_quarantined", metrics.one(sandboxes.quarantined_now)))
+
+    def forget() -> None:
+        for each in forgets:
+            each()
+
+    return forget
+
+
 class Runtime:
     """Kernel + broker + a broker client per principal (implements the server's Backend)."""
 
@@ -205,6 +222,7 @@ class Runtime:
         self._closed = False
         # source-id -> name of every capsule loaded so far: the broker names capsules by it
         self._names: dict[str, str] = {}
+        self._gauges: list[Callable[[], None]] = []  # --metrics: what stops the gauges this runtime answers
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -221,6 +239,9 @@ class Runtime:
         try:
             kernel = self._kernel_factory(self.config)
             self.kernel = kernel
+            if hasattr(kernel, "loaded"):
+                self._gauges.append(watch_kernel(kernel))
+            self._gauges.append(metrics.watch("astrid_principals", metrics.one(lambda: len(self._clients))))
             self._ingress = FRONT_DOOR_CLIENT.participant()
             self.broker = Broker(
                 kernel.bus,
@@ -317,7 +338,14 @@ class Runtime:
                 more = f" ({skipped} more changes since the last such line)" if skipped else ""
                 shown = ", ".join(str(f) for f in sorted(folders)) or "a granted folder"
                 events.info(
-                    "files changed in %s; describing the resources again for %s%s", shown, _who(principals), more
+                    "files changed in %s; describing the resources again for %s%s",
+                    shown,
+                    _who(principals),
+                    more,
+                    extra={
+                        "event": "mounts_changed",
+                        "fields": {"folders": [str(f) for f in sorted(folders)], "users": len(principals)},
+                    },
                 )
             self.kernel.announce(principals)
 
@@ -355,11 +383,18 @@ class Runtime:
             ]
             if not changes:
                 return
-            events.info("grants changed: %s; describing the resources again", "; ".join(changes))
+            events.info(
+                "grants changed: %s; describing the resources again",
+                "; ".join(changes),
+                extra={"event": "grants_changed", "fields": {"changes": changes}},
+            )
         elif after is None:
-            events.warning("the grants file cannot be read: capsules get none of their grants until it is fixed")
+            events.warning(
+                "the grants file cannot be read: capsules get none of their grants until it is fixed",
+                extra={"event": "grants_unreadable"},
+            )
         else:
-            events.info("the grants file reads again; describing the resources again")
+            events.info("the grants file reads again; describing the resources again", extra={"event": "grants_read"})
         self.kernel.announce()
 
     def _on_folders_changed(self) -> None:
@@ -374,12 +409,15 @@ class Runtime:
                 log.error("capsule %s not loaded: %s", failure.folder, failure.error)
         line = _reload_line(served, {c.folder: c for c in status.capsules})
         if line:
-            events.info("%s", line)
+            names = [c.name for c in status.capsules]
+            events.info("%s", line, extra={"event": "reload", "fields": {"serving": names}})
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        for forget in self._gauges:
+            forget()
         if self._watcher is not None:
             self._watcher.stop()
         if self._mount_watcher is not None:

@@ -380,6 +380,7 @@ class MountWatcher:
                 "there (`astrid grants list` shows the grants)",
                 folder,
                 what,
+                extra={"event": "mount_missing", "fields": {"folder": str(folder)}},
             )
 
     def _run(self) -> None:

@@ -14,6 +14,8 @@ The rules (docs/design.md, "Layer rules"):
 - `identity` (capsule artifacts, signatures, keys, the trust store, OCI
   transfer) reads manifests through the kernel's `manifest` module and
   imports no other layer;
+- `telemetry` (spans, metrics, JSON log lines) imports no other layer: the
+  layers that say what they do import it;
 - the foundation modules beside them (errors, limits, settings, version,
   toolpaths, owner_file) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host.
@@ -45,6 +47,7 @@ LAYERS = (
     "auth",
     "capabilities",
     "identity",
+    "telemetry",
 )
 FORBIDDEN: dict[str, set[str]] = {
     "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
@@ -56,6 +59,19 @@ FORBIDDEN: dict[str, set[str]] = {
     "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities", "identity"},
     "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "identity"},
     "identity": {"bus", "contract", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "telemetry": {
+        "bus",
+        "contract",
+        "kernel",
+        "broker",
+        "mcp",
+        "build",
+        "runtime",
+        "watch",
+        "auth",
+        "capabilities",
+        "identity",
+    },
     **{
         foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths", "owner_file")
     },
@@ -126,6 +142,7 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("errors", "from astrid.host.bus import Principal"),
         ("auth", "from astrid.host.mcp.auth import BearerVerifier"),
         ("broker", "from astrid.host.auth import TokenStore"),
+        ("telemetry", "from astrid.host.bus import Principal"),
     ],
 )
 def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:

@@ -100,6 +100,7 @@ from astrid.host.contract.topics import (
 )
 from astrid.host.contract.uri_template import UriTemplate
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
+from astrid.host.telemetry import metrics, tracing
 
 log = logging.getLogger("astrid.host.broker")
 
@@ -201,6 +202,7 @@ class Broker:
         if not refresh:
             hit = self.cache.fresh(principal)
             if hit is not None:
+                metrics.cache("snapshot", True)
                 return hit
         else:
             # The same refresh for both: whoever forces a new describe round
@@ -210,6 +212,7 @@ class Broker:
         with self.cache.round_lock(principal):
             if not refresh:
                 hit = self.cache.fresh(principal)  # another caller's round just finished
+                metrics.cache("snapshot", hit is not None)
                 if hit is not None:
                     return hit
             return self._describe(principal)
@@ -251,6 +254,15 @@ class Broker:
         return messages, delivery.receivers, finished
 
     def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
+        with tracing.span("broker.describe") as span:
+            result, receivers, finished = self._describe_fan_out(principal)
+            metrics.broker_round("describe", finished)
+            if span:
+                _round_attributes(span, principal, receivers, len(result.replied), finished)
+                span.set_attribute("astrid.resources", len(result.resources))
+        return result, receivers
+
+    def _describe_fan_out(self, principal: Principal) -> tuple[RoundResult, int, bool]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, DESCRIBE_TOPIC, DESCRIBE_REPLIES)
         result = merge_round(principal, messages, self.limits, self.authority, self.names)
@@ -267,7 +279,7 @@ class Broker:
             elapsed * 1000,
             "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
         )
-        return result, receivers
+        return result, receivers, finished
 
     def invalidate(self, principal: Principal | None = None) -> None:
         """A capsule-set change: the describe and templates snapshots go stale together."""
@@ -339,6 +351,15 @@ class Broker:
         return snapshot
 
     def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
+        with tracing.span("broker.templates") as span:
+            result, receivers, finished = self._templates_fan_out(principal)
+            metrics.broker_round("templates", finished)
+            if span:
+                _round_attributes(span, principal, receivers, len(result.replied), finished)
+                span.set_attribute("astrid.templates", len(result.templates))
+        return result, receivers
+
+    def _templates_fan_out(self, principal: Principal) -> tuple[TemplatesResult, int, bool]:
         started = time.perf_counter()
         messages, receivers, finished = self._fan_out(principal, TEMPLATES_TOPIC, TEMPLATES_REPLIES)
         result = merge_templates(principal, messages, self.limits, self.authority, self.names)
@@ -352,14 +373,24 @@ class Broker:
             (time.perf_counter() - started) * 1000,
             "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
         )
-        return result, receivers
+        return result, receivers, finished
 
     # -- read ------------------------------------------------------------------------
 
     def read_resource(self, principal: Principal, uri: str) -> ReadOutcome:
         started = time.perf_counter()
         try:
-            return self._read(principal, uri)
+            if not tracing.on:
+                return self._read(principal, uri)
+            with tracing.span("broker.read") as span:
+                outcome = self._read(principal, uri)
+                if span:
+                    span.set_attributes({"astrid.principal": principal.name or str(principal), "mcp.resource.uri": uri})
+                    if outcome.source_id is not None:
+                        span.set_attribute("astrid.capsule", self.names.label(outcome.source_id))
+                    if outcome.error is not None:
+                        tracing.fail(span, str(outcome.error.code), outcome.error.message)
+                return outcome
         finally:
             elapsed = time.perf_counter() - started
             self.stats.reads += 1
@@ -413,7 +444,9 @@ class Broker:
         if route.owner is None or route.max_age_s is None or route.stale:
             return None
         hit = self.reads.get(principal, uri, route.owner)
+        metrics.cache("fresh", hit is not None)
         if hit is not None:
+            tracing.current().set_attribute("astrid.cache", "fresh")
             log.debug("read of %s for %s served from the read cache (%.1f s left)", uri, principal, hit.max_age_s)
         return hit
 
@@ -448,7 +481,32 @@ class Broker:
         return _Route(None, via_template=False, stale=snapshot.stale or templates.stale)
 
     def _read_once(self, principal: Principal, uri: str, route: _Route) -> tuple[ReadOutcome, ReadStatus]:
-        """One read broadcast; `route.owner` is the listed (or template) owner, if any."""
+        """One read broadcast (a span and a metric of its own)."""
+        if not (tracing.on or metrics.on):
+            outcome, status, *_ = self._broadcast_read(principal, uri, route)
+            return outcome, status
+        with tracing.span("broker.read.round") as span:
+            outcome, status, asked, answered, finished = self._broadcast_read(principal, uri, route)
+            metrics.broker_round("read", finished)
+            if span:
+                _round_attributes(span, principal, asked, answered, finished)
+                span.set_attributes(
+                    {
+                        "astrid.read.status": status.value,
+                        "astrid.read.route": "template" if route.via_template else "listed" if route.owner else "any",
+                    }
+                )
+                if route.owner is not None:
+                    span.set_attribute("astrid.read.owner", self.names.label(route.owner))
+                if outcome.error is not None:
+                    tracing.fail(span, str(outcome.error.code), outcome.error.message)
+        return outcome, status
+
+    def _broadcast_read(
+        self, principal: Principal, uri: str, route: _Route
+    ) -> tuple[ReadOutcome, ReadStatus, int, int, bool]:
+        """One read broadcast; `route.owner` is the listed (or template) owner, if any.
+        Also how many capsules it reached, how many answered, and whether every one finished."""
         preferred = route.owner
         correlation = uuid.uuid4().hex
         request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
@@ -458,7 +516,7 @@ class Broker:
             if preferred is not None and preferred not in delivery.reached:
                 what = "whose template covers" if route.via_template else "that listed"
                 gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule {what} {uri} is no longer loaded")
-                return gone, ReadStatus.OWNER_GONE
+                return gone, ReadStatus.OWNER_GONE, delivery.receivers, 0, True
             drained = drain(
                 sub,
                 delivery,
@@ -469,7 +527,7 @@ class Broker:
                 may_answer=lambda source: self.authority.may_serve(source, uri),
                 names=self.names,
             )
-        return resolve(
+        outcome, status = resolve(
             drained,
             principal=principal,
             uri=uri,
@@ -479,6 +537,9 @@ class Broker:
             via_template=route.via_template,
             names=self.names,
         )
+        # an answer from the listed owner ends the drain before the others finish: not the window's doing
+        finished = drained.finished or (preferred is not None and preferred in drained.replies)
+        return outcome, status, delivery.receivers, len(drained.replies), finished
 
     # -- resource events (docs/contract.md §11) ---------------------------------------
 
@@ -676,6 +737,19 @@ class Broker:
             return silent, ReadStatus.NO_REPLY
         timeout = CompletionOutcome.fail(FailureCode.TIMEOUT, f"{declares} did not answer within {window:g} s", owner)
         return timeout, ReadStatus.TIMED_OUT
+
+
+def _round_attributes(span: object, principal: Principal, asked: int, answered: int, finished: bool) -> None:
+    """A round's span: capsules asked, answered, and late (asked, silent when the window ended)."""
+    span.set_attributes(  # type: ignore[attr-defined]
+        {
+            "astrid.principal": principal.name or str(principal),
+            "astrid.round.asked": asked,
+            "astrid.round.answered": answered,
+            "astrid.round.late": 0 if finished else max(0, asked - answered),
+            "astrid.round.window_ended": not finished,
+        }
+    )
 
 
 @dataclass(frozen=True)

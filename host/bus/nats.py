@@ -63,6 +63,7 @@ from astrid.host.bus.memory import Dispatcher, InMemoryBus, InMemoryDelivery
 from astrid.host.bus.topics import pattern_matches, topic_problem
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
+from astrid.host.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +155,21 @@ class _Tracked:
     retried: set[str] = field(default_factory=set)  # groups already published again (once each)
     started: float = field(default_factory=time.monotonic)
     resend: tuple[str, str, dict[str, str]] | None = None  # topic, payload, headers: for a retry
+    ended: str | None = None  # how the round ended, once (for `--metrics`)
 
-    def settle(self) -> bool:
-        """Set done when nothing is owed any more; True then."""
+    def settle(self, how: str) -> bool:
+        """Set done when nothing is owed any more (counted as ending `how`); True then."""
         if not self.waiting and not self.groups:
             self.done.set()
+            self.end(how)
             return True
         return False
+
+    def end(self, how: str) -> None:
+        """Count how the round ended: the first ending counts (reported, host_gone, window, no_hosts)."""
+        if self.ended is None:
+            self.ended = how
+            metrics.nats_round(how)
 
 
 class ClusterDelivery:
@@ -193,7 +202,10 @@ class ClusterDelivery:
             return False
         if self._tracked is None:
             return True
-        return self._tracked.done.wait(max(0.0, deadline - time.monotonic()))
+        done = self._tracked.done.wait(max(0.0, deadline - time.monotonic()))
+        if not done:
+            self._tracked.end("window")
+        return done
 
 
 class NatsBus(InMemoryBus):
@@ -242,6 +254,7 @@ class NatsBus(InMemoryBus):
         self._thread = threading.Thread(target=self._loop.run_forever, name="astrid-nats", daemon=True)
         self._connection: Any = None
         self._closed = False
+        self._forget_gauge: Callable[[], None] = lambda: None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -259,7 +272,19 @@ class NatsBus(InMemoryBus):
                 "check that it runs and that the credentials are right",
             ) from None
         time.sleep(HEARTBEAT_S * 1.5)  # hear the hosts already there before the first round
+        self._forget_gauge = metrics.watch("astrid_nats_hosts", self._hosts_by_role)
         return self
+
+    def _hosts_by_role(self) -> list[tuple[tuple[str, ...], float]]:
+        """The other hosts alive now, counted by role (the `astrid_nats_hosts` gauge)."""
+        counts: dict[str, int] = {}
+        for seen in self._live_snapshot():
+            counts[seen.role] = counts.get(seen.role, 0) + 1
+        return [((role,), float(count)) for role, count in sorted(counts.items())]
+
+    def _live_snapshot(self) -> list[_Host]:
+        with self._state_lock:
+            return list(self._live_hosts().values())
 
     async def _connect(self) -> None:
         import nats
@@ -288,6 +313,7 @@ class NatsBus(InMemoryBus):
         if self._closed:
             return
         self._closed = True
+        self._forget_gauge()
         if not self._loop.is_running():
             return
         if self._connection is not None:
@@ -367,6 +393,9 @@ class NatsBus(InMemoryBus):
             H_HOST: self.host_id,
             H_MSG: message_id,
         }
+        if tracing.on:  # the trace goes with the message: the other host's spans join it
+            with tracing.span("nats publish", _messaging("send", topic, message_id), kind="producer"):
+                tracing.inject(headers)
         if tracked is not None and tracked.groups:
             tracked.resend = (topic, payload, headers)
         asyncio.run_coroutine_threadsafe(self._send(topic, payload, headers), self._loop)
@@ -386,7 +415,7 @@ class NatsBus(InMemoryBus):
             expected = frozenset(announced | heard)
             groups = {group for seen in capsule_hosts.values() for group in seen.groups}
             tracked = _Tracked(set(capsule_hosts), expected, groups=groups)
-            if not tracked.settle():
+            if not tracked.settle("no_hosts"):
                 self._pending[message_id] = tracked
                 if len(self._pending) > 4096:  # reports that never came (a host died): forget the oldest
                     self._pending.pop(next(iter(self._pending)))
@@ -431,14 +460,30 @@ class NatsBus(InMemoryBus):
         grouped = self._grouped
         # as stamped by its host (its ACL was checked there); a group's message to that capsule alone
         only = (lambda source: source == group) if group is not None else (lambda source: source not in grouped)
-        delivery = self._deliver(message, only)
+        # A span for the hop, a child of the publisher's (its `traceparent` header): the handlers
+        # this message runs here (capsule calls) are its children, on whatever thread runs them.
+        received = tracing.NO_SPAN
+        if tracing.on:
+            received = tracing.start(
+                "nats receive",
+                _messaging("receive", topic, headers.get(H_MSG)),
+                kind="consumer",
+                parent=tracing.extract(headers),
+            )
+        if received:
+            with tracing.attached(tracing.context_of(received)):
+                delivery = self._deliver(message, only)
+        else:
+            delivery = self._deliver(message, only)
         if tracked:
             threading.Thread(
                 target=self._report,
-                args=(delivery, origin, headers[H_MSG], group),
+                args=(delivery, origin, headers[H_MSG], group, received),
                 name="astrid-nats-report",
                 daemon=True,
             ).start()
+        else:
+            received.end()
 
     def _remote_message(self, topic: str, data: bytes, headers: dict[str, str]) -> Message | None:
         """The message another host published, as it stamped it; None when malformed."""
@@ -462,8 +507,18 @@ class NatsBus(InMemoryBus):
             return None
         return Message(topic, payload, source, principal, headers.get(H_TIME) or "", 0)
 
-    def _report(self, delivery: InMemoryDelivery, origin: str, message_id: str, group: str | None = None) -> None:
-        delivery.wait(REPORT_WAIT_S)
+    def _report(
+        self,
+        delivery: InMemoryDelivery,
+        origin: str,
+        message_id: str,
+        group: str | None = None,
+        received: Any = tracing.NO_SPAN,
+    ) -> None:
+        finished = delivery.wait(REPORT_WAIT_S)
+        if received:  # the hop's span ends when this host's handlers have
+            received.set_attributes({"astrid.nats.reached": len(delivery.reached), "astrid.nats.finished": finished})
+            received.end()
         report = json.dumps(
             {"message": message_id, "host": self.host_id, "reached": sorted(delivery.reached), "group": group}
         )
@@ -508,7 +563,7 @@ class NatsBus(InMemoryBus):
             else:
                 tracked.groups.discard(group)
             tracked.reached.update(r for r in reached if isinstance(r, str))
-            if tracked.settle():
+            if tracked.settle("reported"):
                 self._pending.pop(message_id, None)
 
     # -- replicas: a request whose replica died is published again for its group ------------
@@ -665,7 +720,7 @@ class NatsBus(InMemoryBus):
         served = {group for seen in self._live_hosts().values() if seen.role == "capsules" for group in seen.groups}
         for message_id, tracked in list(self._pending.items()):
             tracked.groups &= served
-            if tracked.settle():
+            if tracked.settle("host_gone"):
                 self._pending.pop(message_id, None)
 
     def _live_hosts(self) -> dict[str, _Host]:
@@ -684,6 +739,18 @@ class NatsBus(InMemoryBus):
 
     def _is_tracked(self, topic: str) -> bool:
         return any(pattern_matches(pattern, topic) for pattern in self.tracked)
+
+
+def _messaging(operation: str, topic: str, message_id: str | None) -> dict[str, Any]:
+    """A NATS hop's span attributes (OpenTelemetry's messaging conventions); never the payload."""
+    attributes: dict[str, Any] = {
+        "messaging.system": "nats",
+        "messaging.operation.type": operation,
+        "messaging.destination.name": topic,
+    }
+    if message_id:
+        attributes["messaging.message.id"] = message_id
+    return attributes
 
 
 def _shown(url: str) -> str:

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from wasmtime.component import Variant
 
@@ -36,6 +37,7 @@ from astrid.host.contract.topics import READ_REQUEST_TOPIC
 from astrid.host.kernel.file_tracking import ReadKey, ReadTracker
 from astrid.host.kernel.routing import requested_uri
 from astrid.host.kernel.wit_values import record
+from astrid.host.telemetry import metrics, tracing
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -69,6 +71,7 @@ _CASES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     ),
 }
 _GATEWAYS_KEPT = 64
+KINDS = {FS: "fs", KV: "kv", HTTP: "http"}
 
 
 def error_value(interface: str, exc: BaseException) -> Variant:
@@ -106,16 +109,22 @@ class CapabilityAbi:
     def link(self, root: Any) -> None:
         """Add the three interfaces to a Linker's root instance."""
         with root.add_instance(FS) as fs:
-            fs.add_func("read", self._guarded(FS, lambda i, path: self._files(i).read(path)))
-            fs.add_func("list", self._guarded(FS, lambda i, path: [_entry(e) for e in self._files(i).list(path)]))
-            fs.add_func("stat", self._guarded(FS, lambda i, path: _entry(self._files(i).stat(path), with_name=False)))
+            fs.add_func("read", self._guarded(FS, "read", lambda i, path: self._files(i).read(path)))
+            fs.add_func(
+                "list", self._guarded(FS, "list", lambda i, path: [_entry(e) for e in self._files(i).list(path)])
+            )
+            fs.add_func(
+                "stat", self._guarded(FS, "stat", lambda i, path: _entry(self._files(i).stat(path), with_name=False))
+            )
         with root.add_instance(KV) as kv:
-            kv.add_func("get", self._guarded(KV, lambda i, key: _found(self._namespace(i).get(key))))
-            kv.add_func("set", self._guarded(KV, lambda i, key, value: self._namespace(i).set(key, value)))
-            kv.add_func("delete", self._guarded(KV, lambda i, key: self._namespace(i).delete(key)))
-            kv.add_func("list-keys", self._guarded(KV, lambda i, prefix: self._namespace(i).list_keys(prefix)))
+            kv.add_func("get", self._guarded(KV, "get", lambda i, key: _found(self._namespace(i).get(key))))
+            kv.add_func("set", self._guarded(KV, "set", lambda i, key, value: self._namespace(i).set(key, value)))
+            kv.add_func("delete", self._guarded(KV, "delete", lambda i, key: self._namespace(i).delete(key)))
+            kv.add_func(
+                "list-keys", self._guarded(KV, "list-keys", lambda i, prefix: self._namespace(i).list_keys(prefix))
+            )
         with root.add_instance(HTTP) as http:
-            http.add_func("fetch", self._guarded(HTTP, self._fetch))
+            http.add_func("fetch", self._guarded(HTTP, "fetch", self._fetch))
 
     def close(self) -> None:
         with self._lock:
@@ -126,14 +135,55 @@ class CapabilityAbi:
         if kv is not None:
             kv.close()
 
-    def _guarded(self, interface: str, serve: Callable[..., Any]) -> Callable[..., Any]:
+    def _guarded(self, interface: str, op: str, serve: Callable[..., Any]) -> Callable[..., Any]:
+        kind = KINDS[interface]
+
         def host_func(store: Any, *args: Any) -> Any:
+            if tracing.on or metrics.on:
+                return self._observed(interface, kind, op, serve, store, args)
             try:
                 return serve(self._instance_of(store), *args)
             except BaseException as exc:  # never raise into the guest
                 return error_value(interface, exc)
 
         return host_func
+
+    def _observed(
+        self, interface: str, kind: str, op: str, serve: Callable[..., Any], store: Any, args: tuple[Any, ...]
+    ) -> Any:
+        """A capability call as a span (kind, operation, outcome; for http the host, method and status;
+        never a path, a key or a body) and a count by kind and outcome. Never raises into the guest."""
+        try:
+            with tracing.span(f"capability.{kind}.{op}", record_exception=False) as span:
+                instance = self._instance_of(store)
+                if span:
+                    span.set_attributes(
+                        {
+                            "astrid.capability.kind": kind,
+                            "astrid.capability.op": op,
+                            "astrid.capsule": instance.capsule.name,
+                        }
+                    )
+                    if interface == HTTP and args:
+                        span.set_attributes(_http_request_attributes(args[0]))
+                try:
+                    value = serve(instance, *args)
+                except BaseException as exc:
+                    value = error_value(interface, exc)
+                    outcome = value.tag if isinstance(value, Variant) else "unknown"
+                    if outcome != "not-found":  # an absent key or file is an answer, not a failure
+                        tracing.fail(span, outcome)
+                else:
+                    outcome = "ok"
+                    status = getattr(value, "status", None) if interface == HTTP else None
+                    if span and isinstance(status, int):
+                        span.set_attribute("http.response.status_code", status)
+                if span:
+                    span.set_attribute("astrid.capability.outcome", outcome)
+            metrics.capability(kind, outcome)
+            return value
+        except BaseException as exc:  # the instrumentation itself: never raise into the guest
+            return error_value(interface, exc)
 
     # -- what the calling capsule may use ---------------------------------------------
 
@@ -208,6 +258,20 @@ class CapabilityAbi:
             headers=[record(name=name, value=value) for name, value in response.headers],
             body=response.body,
         )
+
+
+def _http_request_attributes(request: Any) -> dict[str, Any]:
+    """A fetch's method, scheme, host and port for its span (never the path, the query or a header)."""
+    try:
+        parts = urlsplit(str(request.url))
+        attributes: dict[str, Any] = {"http.request.method": str(request.method)[:16], "url.scheme": parts.scheme[:16]}
+        if parts.hostname:
+            attributes["server.address"] = parts.hostname[:253]
+        if parts.port is not None:
+            attributes["server.port"] = parts.port
+        return attributes
+    except (ValueError, AttributeError):
+        return {}
 
 
 def _kv_denied(instance: Instance) -> str:

@@ -39,6 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
 from astrid.host.bus import Binding, Dispatcher, InMemoryDelivery, Message, Principal
+from astrid.host.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ LANE_DEPTH = 64
 STALE_AFTER_S = 5.0
 
 Lane = tuple[str, Principal]  # (capsule source-id, principal)
-Call = tuple[Binding, Message, InMemoryDelivery, float]
+# (binding, message, delivery, when queued, the publisher's trace context: None while tracing is off)
+Call = tuple[Binding, Message, InMemoryDelivery, float, object]
 
 
 class PoolDispatcher(Dispatcher):
@@ -70,16 +72,18 @@ class PoolDispatcher(Dispatcher):
         self.dropped = 0
 
     def dispatch(self, runs: list[tuple[Binding, Message]], delivery: InMemoryDelivery) -> None:
+        # The publisher's trace context goes with each call to the thread that runs it (None: tracing off).
+        trace = tracing.capture()
         for binding, message in runs:
             if binding.inline:
                 self._run(binding, message, delivery)
             elif binding.is_capsule:
                 self._enqueue(
-                    (binding.owner.source_id, message.principal), (binding, message, delivery, time.monotonic())
+                    (binding.owner.source_id, message.principal), (binding, message, delivery, time.monotonic(), trace)
                 )
             else:
                 try:
-                    future = self._host.submit(self._run, binding, message, delivery)
+                    future = self._host.submit(self._run, binding, message, delivery, trace)
                 except RuntimeError:  # shutting down
                     delivery.handler_finished()
                     continue
@@ -137,11 +141,11 @@ class PoolDispatcher(Dispatcher):
                     self._started -= 1
                     return
                 lane, call = picked
-            binding, message, delivery, queued_at = call
+            binding, message, delivery, queued_at, trace = call
             if time.monotonic() - queued_at > self.stale_after_s:
                 self._drop(call, "it waited too long for its lane")
             else:
-                self._run(binding, message, delivery)
+                self._run(binding, message, delivery, trace)
 
     def _next_turn(self) -> tuple[Lane, Call] | None:
         """The first lane in line whose capsule is under its share, and its next call (under the lock)."""
@@ -165,15 +169,19 @@ class PoolDispatcher(Dispatcher):
             del self._lanes[lane]
 
     def _drop(self, call: Call, why: str) -> None:
-        binding, message, delivery, _ = call
+        binding, message, delivery, _, _ = call
         self.dropped += 1
         log.warning("call of %s for %s on %s dropped: %s", binding.owner.name, message.principal, message.topic, why)
         delivery.handler_finished()
 
     @staticmethod
-    def _run(binding: Binding, message: Message, delivery: InMemoryDelivery) -> None:
+    def _run(binding: Binding, message: Message, delivery: InMemoryDelivery, trace: object = None) -> None:
         try:
-            binding.handler(message)
+            if trace is None:
+                binding.handler(message)
+            else:
+                with tracing.attached(trace):
+                    binding.handler(message)
         except Exception:
             log.exception("handler of %s for %s failed", binding.owner.name, message.topic)
         finally:
@@ -188,7 +196,7 @@ class PoolDispatcher(Dispatcher):
             self._turns.clear()
             for queue in self._lanes.values():  # running lanes: gone when their turn ends
                 queue.clear()
-        for _, _, delivery, _ in stranded:  # never run: finished here, once
+        for _, _, delivery, _, _ in stranded:  # never run: finished here, once
             delivery.handler_finished()
         self._capsules.shutdown(wait=False, cancel_futures=True)
         self._host.shutdown(wait=False, cancel_futures=True)

@@ -37,6 +37,7 @@ from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.engine import WasmEngine
 from astrid.host.kernel.loader import HOOK_EXPORT, LoadedCapsule
 from astrid.host.limits import Limits
+from astrid.host.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,12 @@ class SandboxPool:
         for instance in instances:
             self._close_removed(instance)
 
+    def quarantined_now(self) -> int:
+        """Sandboxes (capsule, principal) in quarantine now."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for strikes in self._strikes.values() if strikes.quarantined_until > now)
+
     def live_instances(self, source_id: str | None = None) -> int:
         with self._lock:
             return sum(1 for k in self._instances if source_id is None or k[0] == source_id)
@@ -295,7 +302,27 @@ class SandboxPool:
     # -- calls -----------------------------------------------------------------
 
     def invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:
-        """Run `astrid-hook-trigger(handler, payload)` for the message's principal."""
+        """Run `astrid-hook-trigger(handler, payload)` for the message's principal (a span and metrics)."""
+        if not (tracing.on or metrics.on):  # off: the call as it is, nothing more
+            return self._invoke(capsule, participant, message, handler)
+        with tracing.span("capsule.call") as span:
+            outcome = self._invoke(capsule, participant, message, handler)
+            quarantined = outcome.status is CallStatus.QUARANTINED
+            metrics.guest_call(capsule.name, outcome.status.value, None if quarantined else outcome.seconds)
+            if span:
+                span.set_attributes(
+                    {
+                        "astrid.capsule": capsule.name,
+                        "astrid.principal": message.principal.name or str(message.principal),
+                        "astrid.handler": handler,
+                        "astrid.call.status": outcome.status.value,
+                    }
+                )
+                if not outcome.ok:
+                    tracing.fail(span, outcome.status.value, outcome.error)
+        return outcome
+
+    def _invoke(self, capsule: LoadedCapsule, participant: Participant, message: Message, handler: str) -> CallOutcome:
         health = self.health(capsule.name)
         key = (capsule.source_id, message.principal)
         with self._lock:
@@ -329,9 +356,17 @@ class SandboxPool:
             deadline = time.monotonic() + self.limits.call_wall_time_s
             instance.current = CallContext(message, deadline)
             try:
-                hook = instance.hook if instance.hook is not None else self._instantiate(instance)
+                hook = instance.hook
+                if hook is None:  # a new sandbox, or one evicted or discarded since: instantiate it first
+                    with tracing.span("capsule.instantiate"):
+                        hook = self._instantiate(instance)
+                    metrics.instantiated(instance.capsule.name)
                 instance.store.set_epoch_deadline(self.wasm.deadline_ticks(self.limits.call_wall_time_s))
-                result = hook(instance.store, handler, message.payload.encode("utf-8"))
+                if tracing.on:  # the guest's own time, apart from instantiation
+                    with tracing.span("capsule.run"):
+                        result = hook(instance.store, handler, message.payload.encode("utf-8"))
+                else:
+                    result = hook(instance.store, handler, message.payload.encode("utf-8"))
                 instance.calls += 1
                 outcome = CallOutcome(CallStatus.OK, getattr(result, "action", None), getattr(result, "data", None))
             except wasmtime.WasmtimeError as exc:
@@ -376,6 +411,9 @@ class SandboxPool:
                 strikes.quarantined_until = time.monotonic() + QUARANTINE_S
                 strikes.consecutive_failures = 0
                 health.quarantined_until = max(health.quarantined_until, strikes.quarantined_until)
+        if quarantine:
+            metrics.quarantined(capsule.name)
+            tracing.current().set_attribute("astrid.quarantine.started", True)
         log.log(
             logging.DEBUG if self.quiet else logging.WARNING,
             "capsule %s (%s) failed: %s; instance discarded%s",

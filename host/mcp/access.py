@@ -36,6 +36,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from astrid.host.telemetry import metrics
+
 access_log = logging.getLogger("astrid.access")
 events = logging.getLogger("astrid.events")
 
@@ -134,12 +136,21 @@ class FailureLog:
                     now - self._opened if self._opened is not None else 0,
                     len(self._unlogged_from),
                     "" if len(self._unlogged_from) == 1 else "es",
+                    extra={
+                        "event": "auth_failed_more",
+                        "fields": {"count": self._unlogged, "clients": len(self._unlogged_from)},
+                    },
                 )
             self._opened, self._logged, self._unlogged = now, 0, 0
             self._unlogged_from.clear()
         if self._logged < self.per_window:
             self._logged += 1
-            events.warning("authentication failed from %s: %s", client, reason)
+            events.warning(
+                "authentication failed from %s: %s",
+                client,
+                reason,
+                extra={"event": "auth_failed", "fields": {"client": client, "reason": reason}},
+            )
         else:
             self._unlogged += 1
             if len(self._unlogged_from) < 10_000:
@@ -198,8 +209,10 @@ class AccessLog:
     ) -> None:
         client = scope.get("client")
         address = client[0] if client else None
-        if status == 401 and self.failures is not None:
-            self.failures.failed(_field(address), note.refusal or _missing_credential(scope))
+        if status == 401:
+            metrics.auth_failure()
+            if self.failures is not None:
+                self.failures.failed(_field(address), note.refusal or _missing_credential(scope))
         if not self.access:
             return
         method = note.method
@@ -209,6 +222,17 @@ class AccessLog:
         user = scope.get("user")
         token = getattr(user, "access_token", None)
         principal = token.client_id if token is not None else self.principal
+        milliseconds = (time.perf_counter() - clock) * 1000
+        fields = {  # the same fields for `--log-format json` (telemetry/logs.py)
+            "start": _utc(started),
+            "client": address,
+            "principal": principal,
+            "http_method": scope.get("method"),
+            "method": method,
+            "target": note.target[:MAX_FIELD_CHARS] if note.target else None,
+            "status": status,
+            "ms": round(milliseconds, 1),
+        }
         access_log.info(
             "access %s %s %s %s %s %s %s %.1fms",
             _utc(started),
@@ -218,7 +242,8 @@ class AccessLog:
             _field(method),
             _field(note.target),
             status if status is not None else "-",
-            (time.perf_counter() - clock) * 1000,
+            milliseconds,
+            extra={"event": "access", "fields": fields},
         )
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import uvicorn
@@ -75,6 +75,9 @@ class HttpSettings:
     limits: HttpLimits = field(default_factory=HttpLimits)
     # One line per request on the `astrid.access` logger (`--no-access-log` turns it off).
     access_log: bool = True
+    # False: uvicorn installs no log handlers of its own, so its lines go through the
+    # root logger's (`--log-format json`).
+    uvicorn_log_config: bool = True
 
 
 def is_loopback(host: str) -> bool:
@@ -165,8 +168,10 @@ class HttpListener:
         return Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: self.sessions.run())
 
     def serve(self) -> None:
+        logging: dict[str, Any] = {} if self.settings.uvicorn_log_config else {"log_config": None}
         config = uvicorn.Config(
             self.app,
+            **logging,
             http=guarded_protocol(self.guard),
             log_level="warning",
             lifespan="on",

@@ -44,7 +44,8 @@ default principal only where the operator allowed that (loopback, no auth).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -58,6 +59,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from astrid.host.bus import Subscription
 from astrid.host.contract.events import ResourceUpdated
@@ -80,6 +82,7 @@ from astrid.host.mcp.reshape import (
 from astrid.host.mcp.stdio import InputStop, screened_stdio_server
 from astrid.host.mcp.tools import ResourceTools
 from astrid.host.mcp.updates import Subscriptions
+from astrid.host.telemetry import metrics, tracing
 from astrid.host.version import astrid_version
 
 log = logging.getLogger("astrid.host.mcp")
@@ -174,7 +177,10 @@ class AstridMcpServer:
         )
         # 2026-07-28: advertise what we offer (`capabilities()`), the same in both eras.
         self.server.add_request_handler("server/discover", types.RequestParams, self._on_discover)
-        self.server.middleware.append(self._capture_session)
+        # One middleware of ours, in place of the SDK's OpenTelemetryMiddleware: its spans are
+        # astrid's own (with the principal, the URI and the HTTP traceparent), and with tracing
+        # and metrics off it costs two flag checks (docs/operations.md).
+        self.server.middleware[:] = [self._capture_session]
         # --resource-tools: resources/list and resources/read mirrored as two read-only tools
         self.tools = ResourceTools(self) if resource_tools else None
         if self.tools is not None:
@@ -212,6 +218,8 @@ class AstridMcpServer:
     @asynccontextmanager
     async def _lifespan(self, _server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
         self.watching = anyio.Event()
+        # --metrics: open listen streams per principal, read when scraped
+        forget = metrics.watch("astrid_listen_streams", lambda: metrics.top_principals(dict(self._streams)))
         if self.worker_threads is not None:  # many principals: more requests may wait on the bus at once
             anyio.to_thread.current_default_thread_limiter().total_tokens = self.worker_threads
         async with anyio.create_task_group() as tg:
@@ -223,12 +231,16 @@ class AstridMcpServer:
                 yield {}
             finally:
                 self.subscriptions.spawn = None
+                forget()
                 self.list_changed.close()
                 tg.cancel_scope.cancel()
 
     async def _capture_session(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
         note_request(ctx.request, ctx.method, ctx.params)  # for the HTTP access log, when there is one
-        result = await call_next(ctx)
+        if (tracing.on or metrics.on) and ctx.request_id is not None:
+            result = await self._observed(ctx, call_next)
+        else:
+            result = await call_next(ctx)
         # A handshake-era connection has one standalone channel for
         # notifications; remember a session that reaches it once initialized.
         if ctx.method != "initialize" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -239,6 +251,44 @@ class AstridMcpServer:
                     self.list_changed.join(connection, ctx.session, principal)
                     connection.exit_stack.callback(self.list_changed.leave, connection)
         return result
+
+    async def _observed(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
+        """One request as a span (a child of the client's `traceparent`) and as metrics."""
+        method = ctx.method
+        started = time.perf_counter()
+        status = "ok"
+        attributes: dict[str, Any] | None = None
+        parent = None
+        if tracing.on:
+            attributes = _span_attributes(ctx, self._principal_or_none(ctx))
+            # SEP-414: `_meta.traceparent` of the request, else the HTTP request's header
+            parent = tracing.extract(ctx.meta) or tracing.extract(_trace_headers(ctx))
+        with tracing.span(method, attributes, kind="server", parent=parent, record_exception=False) as span:
+            try:
+                result = await call_next(ctx)
+                if method == "tools/call" and _tool_failed(result):  # a failed tool call is a result, not an error
+                    status = "tool_error"
+                    tracing.fail(span, status)
+                return result
+            except MCPError as exc:
+                status = str(exc.error.code)
+                if span:
+                    span.set_attribute("rpc.response.status_code", status)
+                    tracing.fail(span, status, exc.error.message)
+                raise
+            except ValidationError:
+                status = str(types.INVALID_PARAMS)
+                tracing.fail(span, status, "Invalid request parameters")
+                raise
+            except Exception as exc:
+                status = "internal"
+                tracing.fail(span, type(exc).__qualname__, str(exc))
+                raise
+            except BaseException:  # cancelled: the client went away, or the server stops
+                status = "cancelled"
+                raise
+            finally:
+                metrics.request(method, status, time.perf_counter() - started)
 
     # -- who is asking ---------------------------------------------------------------
 
@@ -582,6 +632,52 @@ def _access_token(ctx: ServerRequestContext[Any, Any]) -> AccessToken | None:
     scope = getattr(ctx.request, "scope", None)
     user = scope.get("user") if isinstance(scope, dict) else None
     return getattr(user, "access_token", None)
+
+
+def _span_attributes(ctx: ServerRequestContext[Any, Any], principal: str | None) -> dict[str, Any]:
+    """What a request's span says: the method, the principal, the URI (or tool, or template) it names."""
+    attributes: dict[str, Any] = {
+        "mcp.method.name": ctx.method,
+        "mcp.protocol.version": ctx.protocol_version,
+        "jsonrpc.request.id": str(ctx.request_id),
+    }
+    if principal is not None:
+        attributes["astrid.principal"] = principal
+    params = ctx.params
+    if isinstance(params, Mapping):
+        uri = params.get("uri")
+        name = params.get("name")
+        ref = params.get("ref")
+        if isinstance(uri, str):
+            attributes["mcp.resource.uri"] = uri[:2048]
+        elif isinstance(name, str):  # tools/call
+            attributes["gen_ai.tool.name"] = name[:256]
+            arguments = params.get("arguments")
+            inner = arguments.get("uri") if isinstance(arguments, Mapping) else None
+            if isinstance(inner, str):
+                attributes["mcp.resource.uri"] = inner[:2048]
+        elif isinstance(ref, Mapping) and isinstance(ref.get("uri"), str):  # completion/complete
+            attributes["astrid.uri_template"] = ref["uri"][:2048]
+    return attributes
+
+
+def _tool_failed(result: Any) -> bool:
+    """Did a tools/call result say `isError` (the model, or the dict it may already be)?"""
+    if isinstance(result, types.CallToolResult):
+        return bool(result.is_error)
+    return isinstance(result, Mapping) and result.get("isError") is True
+
+
+def _trace_headers(ctx: ServerRequestContext[Any, Any]) -> dict[str, str] | None:
+    """The W3C trace headers of an HTTP request (`traceparent`, `tracestate`), if any."""
+    scope = getattr(ctx.request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    found: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        if name in (b"traceparent", b"tracestate"):
+            found[name.decode()] = value.decode("latin-1")
+    return found or None
 
 
 def _connection_of(session: ServerSession) -> Connection:

@@ -31,6 +31,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from astrid.host.mcp.credential_watch import CredentialWatch, Watched
+from astrid.host.telemetry import metrics
 
 log = logging.getLogger("astrid.host.mcp.http")
 WARN_EVERY_S = 60.0
@@ -57,14 +58,24 @@ class PrincipalSessionManager(StreamableHTTPSessionManager):
     def sessions_of(self, principal: str) -> int:
         return sum(1 for s in self._sessions.values() if s.principal == principal)
 
+    def by_principal(self) -> dict[str, int]:
+        """Open sessions per principal (for `--metrics`; `--no-auth` sessions as `_unauthenticated`)."""
+        counts: dict[str, int] = {}
+        for session in list(self._sessions.values()):
+            principal = session.principal or "_unauthenticated"
+            counts[principal] = counts.get(principal, 0) + 1
+        return counts
+
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
+        forget = metrics.watch("astrid_sessions", lambda: metrics.top_principals(self.by_principal()))
         async with super().run(), anyio.create_task_group() as tg:
             if self.watch is not None:
                 tg.start_soon(self.watch.run)
             try:
                 yield
             finally:
+                forget()
                 tg.cancel_scope.cancel()
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:

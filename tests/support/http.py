@@ -69,7 +69,7 @@ def http_server(
 
     `verbose` runs it with `-v`: the broker logs every list and read it serves.
     `fd_limit` starts it with that soft and hard open-file limit (a small machine's).
-    `env`: more environment (a user's own config and data dirs, say)."""
+    `env`: more environment (a user's own config and data dirs, OTEL_* variables, ...)."""
     args = [astrid_exe(), *(["-v"] if verbose else []), "mcp", "serve", "--http", "127.0.0.1:0", *extra]
     if "--jwks" not in extra and "--no-auth" not in extra:
         args += ["--tokens", str(token_dir / "tokens.json")]

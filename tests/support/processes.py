@@ -48,8 +48,11 @@ def serve_args(*folders: Path, principal: str, extra: tuple[str, ...] = ()) -> l
 
 
 def server_env(capsule_home: Path, **extra: str) -> dict[str, str]:
-    """The environment of an `astrid mcp serve` a test starts (unbuffered stderr)."""
-    return {**os.environ, "ASTRID_CAPSULE_HOME": str(capsule_home), "PYTHONUNBUFFERED": "1", **extra}
+    """The environment of an `astrid mcp serve` a test starts (unbuffered stderr).
+
+    The developer's own OTEL_* variables are left out: they would switch tracing on in every server."""
+    inherited = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    return {**inherited, "ASTRID_CAPSULE_HOME": str(capsule_home), "PYTHONUNBUFFERED": "1", **extra}
 
 
 class LineReader:
