@@ -449,6 +449,10 @@ class Runtime:
                 client = self._new_client(principal)
             return client
 
+    def client_if_made(self, principal: str) -> BrokerClient | None:
+        """The principal's client when `client_for` made it already; never waits (an event loop asks)."""
+        return self._clients.get(principal)  # one dict read, atomic: no lock to wait on
+
     def _new_client(self, principal: str) -> BrokerClient:
         kernel, broker = self.kernel, self.broker
         assert kernel is not None and broker is not None  # started

@@ -198,6 +198,17 @@ class Broker:
             return ()
         return self.snapshot(principal, refresh=refresh).resources
 
+    def listed_if_fresh(self, principal: Principal) -> tuple[ResourceDefinition, ...] | None:
+        """The principal's resources when a fresh snapshot is kept, found without waiting
+        (no round, no lock held across a capsule call); None when a round is due."""
+        if not principal.is_verified:
+            return None
+        hit = self.cache.fresh(principal)
+        if hit is None:
+            return None
+        metrics.cache("snapshot", True)
+        return hit.resources
+
     def snapshot(self, principal: Principal, *, refresh: bool = False) -> Snapshot:
         if not refresh:
             hit = self.cache.fresh(principal)
@@ -396,6 +407,25 @@ class Broker:
             self.stats.reads += 1
             self.stats.last_read_s = elapsed
             self.stats._keep(self.stats.read_seconds, elapsed)
+
+    def kept_read(self, principal: Principal, uri: str) -> ReadOutcome | None:
+        """A declared-fresh read kept for `principal`, found without waiting: a listed URI of a
+        fresh snapshot only (no round, no templates, no capsule); None: `read_resource` decides.
+
+        The same lookup `read_resource` starts with, so what it finds is what that would serve."""
+        if not principal.is_verified or tracing.on:  # traced reads take the path that makes their spans
+            return None
+        snapshot = self.cache.get(principal)
+        if snapshot is None or snapshot.stale:
+            return None
+        owner = snapshot.owner_of(uri)
+        if owner is None:
+            return None
+        route = _Route(owner, via_template=False, stale=False, max_age_s=snapshot.max_age.get(uri))
+        kept = self._kept(principal, uri, route)
+        if kept is not None:
+            self.stats.reads += 1
+        return kept
 
     def _read(self, principal: Principal, uri: str) -> ReadOutcome:
         if not principal.is_verified:

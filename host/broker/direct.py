@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from astrid.host.broker.frontdoor import FrontDoors, broker_failed
 from astrid.host.broker.read_cache import max_age_of
+from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Principal
 from astrid.host.contract.frontdoor import CompletionReply, ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
@@ -40,8 +41,22 @@ class BrokerClient:
         except Exception as exc:
             raise BrokerUnavailable(broker_failed("list resources", exc, self.principal)) from None
 
+    def list_resources_now(self) -> list[ResourceDefinition] | None:
+        """The list when the snapshot is fresh, without waiting (safe on an event loop); else None."""
+        resources = self._doors.listed_now(self.principal)
+        return None if resources is None else list(resources)
+
+    def read_resource_now(self, uri: str) -> ReadResourceReply | None:
+        """The read when a declared-fresh copy is kept, without waiting (safe on an event loop); else None."""
+        outcome = self._doors.kept_read(self.principal, uri, trusted=True, asker="the MCP server")
+        return None if outcome is None else self._read_reply(uri, outcome)
+
     def read_resource(self, uri: str) -> ReadResourceReply:
         outcome = self._doors.read(self.principal, uri, trusted=True, asker="the MCP server")
+        return self._read_reply(uri, outcome)
+
+    @staticmethod
+    def _read_reply(uri: str, outcome: ReadOutcome) -> ReadResourceReply:
         return ReadResourceReply.model_construct(
             req_id="",
             uri=uri,

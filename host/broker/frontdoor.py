@@ -142,6 +142,15 @@ class FrontDoors:
         )
         return resources
 
+    def listed_now(self, principal: Principal) -> tuple[ResourceDefinition, ...] | None:
+        """`listed` when the snapshot is fresh, without waiting; None when a describe round is due."""
+        started = time.perf_counter()
+        resources = self.broker.listed_if_fresh(principal)
+        if resources is not None:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            log.info("resources.list for %s: %d resources in %.1f ms", principal, len(resources), elapsed_ms)
+        return resources
+
     def _list_payload(self, req_id: str, resources: tuple[ResourceDefinition, ...], principal: Principal) -> str:
         """The list reply. A warm list repeats the snapshot's very tuple, so
         its JSON is made once per snapshot and only the req_id is put in."""
@@ -200,6 +209,19 @@ class FrontDoors:
             outcome.error.code.value if outcome.error else f"{len(outcome.contents)} chunks",
             (time.perf_counter() - started) * 1000,
         )
+        return outcome
+
+    def kept_read(
+        self, principal: Principal, uri: str, *, trusted: bool, asker: str = "a caller"
+    ) -> ReadOutcome | None:
+        """`read` when a declared-fresh copy is kept, without waiting (behind the same gate); else None."""
+        if self._gate(trusted, principal, "read", uri, asker) is not None:
+            return None  # `read` refuses it, and says so
+        started = time.perf_counter()
+        outcome = self.broker.kept_read(principal, uri)
+        if outcome is not None:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            log.info("resource.read %s for %s: %d chunks in %.1f ms", uri, principal, len(outcome.contents), elapsed_ms)
         return outcome
 
     def _reply_read(self, req_id: str, uri: str, outcome: ReadOutcome, principal: Principal) -> None:

@@ -202,6 +202,13 @@ class InMemoryBus:
             self.dispatcher.dispatch(runs, delivery)
         return delivery
 
+    def _would_reach(self, topic: str, only: Callable[[str], bool] | None = None) -> bool:
+        """Would `_deliver` hand a message on `topic` to anyone here (before the per-message checks)?"""
+        with self._lock:
+            owners = [s.owner for s in self._subscriptions if pattern_matches(s.pattern, topic)]
+            owners += [b.owner for b in self._bindings if pattern_matches(b.pattern, topic)]
+        return any(only is None or only(owner.source_id) for owner in owners)
+
     def _check_publish(self, sender: Participant, topic: str, payload: str) -> object:
         """Refuse what the contract forbids; the payload's JSON value when it passes."""
         problem = topic_problem(topic)

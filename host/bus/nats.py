@@ -462,8 +462,9 @@ class NatsBus(InMemoryBus):
         only = (lambda source: source == group) if group is not None else (lambda source: source not in grouped)
         # A span for the hop, a child of the publisher's (its `traceparent` header): the handlers
         # this message runs here (capsule calls) are its children, on whatever thread runs them.
+        # None where it reaches nobody (a request this host's replicas take through their group).
         received = tracing.NO_SPAN
-        if tracing.on:
+        if tracing.on and self._would_reach(topic, only):
             received = tracing.start(
                 "nats receive",
                 _messaging("receive", topic, headers.get(H_MSG)),

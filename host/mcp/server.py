@@ -102,6 +102,10 @@ class FrontDoor(Protocol):
 
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
     def read_resource(self, uri: str) -> ReadResourceReply: ...
+    # The same answers when they are kept (a fresh snapshot, a declared-fresh read), found
+    # without waiting, so they are safe on the event loop; None: ask the blocking call.
+    def list_resources_now(self) -> list[ResourceDefinition] | None: ...
+    def read_resource_now(self, uri: str) -> ReadResourceReply | None: ...
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]: ...
     def complete(
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
@@ -119,6 +123,10 @@ class Backend(Protocol):
 
     def wait_ready(self, timeout_s: float) -> None: ...
     def client_for(self, principal: str) -> FrontDoor: ...
+    def client_if_made(self, principal: str) -> FrontDoor | None:
+        """The principal's front door when one was made already, without waiting; else None."""
+        ...
+
     def changes(self) -> Subscription:
         """Capsule-set events of every principal served (close it when done)."""
         ...
@@ -313,7 +321,16 @@ class AstridMcpServer:
         except BackendNotReady as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"capsules are not available: {exc}") from None
 
-    async def _call(self, principal: str, call: Callable[[FrontDoor], T], *, uri: str | None = None) -> T:
+    async def _call(
+        self,
+        principal: str,
+        call: Callable[[FrontDoor], T],
+        *,
+        uri: str | None = None,
+        kept: Callable[[FrontDoor], T | None] | None = None,
+    ) -> T:
+        """`call` on a worker thread (it may wait on capsules); `kept` first, on the loop, when given:
+        an answer kept in memory costs no thread hop."""
         data = {"uri": uri} if uri is not None else None
         in_flight = self._in_flight.get(principal, 0)
         if in_flight >= self.max_requests_per_principal:
@@ -322,6 +339,16 @@ class AstridMcpServer:
                 message=f"busy: {in_flight} requests of this user are in flight; retry when one has finished",
                 data=data,
             )
+
+        door = self.backend.client_if_made(principal) if kept is not None else None
+        if kept is not None and door is not None:
+            try:
+                answer = kept(door)
+            except Exception:  # the blocking call decides, and reports
+                log.debug("kept answer lookup failed", exc_info=True)
+                answer = None
+            if answer is not None:
+                return answer
 
         def when_ready() -> T:
             # One thread hop per request: waiting for the capsules to load
@@ -363,7 +390,9 @@ class AstridMcpServer:
             # one page, never a cursor: any cursor is one we did not issue
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
         principal = self._principal(ctx)
-        definitions = await self._call(principal, lambda door: door.list_resources())
+        definitions = await self._call(
+            principal, lambda door: door.list_resources(), kept=lambda door: door.list_resources_now()
+        )
         # What the client has now seen: list_changed compares against it.
         self.list_changed.listed(principal, frozenset(d.uri for d in definitions), _connection_of(ctx.session))
         return types.ListResourcesResult(
@@ -386,7 +415,12 @@ class AstridMcpServer:
         self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = params.uri
-        reply = await self._call(self._principal(ctx), lambda door: door.read_resource(uri), uri=uri)
+        reply = await self._call(
+            self._principal(ctx),
+            lambda door: door.read_resource(uri),
+            uri=uri,
+            kept=lambda door: door.read_resource_now(uri),
+        )
         if reply.error is not None:
             raise read_error(reply.error, uri, ctx.protocol_version)
         try:

@@ -69,6 +69,26 @@ def test_a_declared_fresh_read_is_served_from_the_cache(bus, make_broker):
     assert second.source_id == capsule.source_id and 0 < (max_age_of(second) or 0) <= 60
 
 
+def test_a_kept_read_is_found_without_waiting_and_only_for_its_principal(bus, make_broker):
+    # `kept_read` is the lookup the MCP server makes on its event loop: it never
+    # asks a capsule, and finds exactly what `read_resource` would serve from the cache.
+    capsule = notes(bus)
+    broker, _ = make_broker(bus)
+    assert broker.kept_read(ALICE, FRESH) is None  # nothing kept yet (and no snapshot: no round either)
+    assert capsule.read_uris == []
+    broker.read_resource(ALICE, FRESH)
+    broker.read_resource(ALICE, PLAIN)
+    kept = broker.kept_read(ALICE, FRESH)
+    assert kept is not None and body(kept) == "alice v1" and kept.source_id == capsule.source_id
+    assert broker.kept_read(ALICE, PLAIN) is None  # not declared fresh: always asked
+    assert broker.kept_read(BOB, FRESH) is None  # alice's copy is never bob's
+    assert broker.kept_read(Principal.claimed("alice"), FRESH) is None
+    assert capsule.read_uris == [FRESH, PLAIN]
+    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
+    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
+    assert broker.kept_read(ALICE, FRESH) is None  # the capsule set moved: a round decides again
+
+
 def test_an_undeclared_read_is_never_cached(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
@@ -342,3 +362,27 @@ async def test_a_2026_07_28_read_result_carries_the_declared_ttl():
     assert plain.ttl_ms == 0 and plain.cache_scope == "private"
     assert all(not (r.meta or {}).get("astrid") for r in listed.resources)  # no `astrid` in `_meta`
     assert kernel.capsules["notes"].read_uris == [FRESH, PLAIN]
+
+
+@pytest.mark.anyio
+async def test_a_kept_read_and_a_warm_list_take_no_thread_hop(monkeypatch):
+    hops: list[object] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(*args, **kwargs):
+        hops.append(args[0])
+        return await run_sync(*args, **kwargs)
+
+    async with serving(lambda k: k.add(_mcp_capsule(k.bus))) as (client, _, kernel):
+        with anyio.fail_after(10):
+            await client.list_resources()
+            await client.read_resource(FRESH)  # asked: kept from now on
+            await client.read_resource(PLAIN)
+            monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+            kept = await client.read_resource(FRESH)
+            listed = await client.list_resources()
+            assert hops == []  # answered on the loop, from memory
+            await client.read_resource(PLAIN)  # a capsule call: on a worker thread, as ever
+            assert len(hops) == 1
+    assert kept.contents[0].text == "fresh" and {r.uri for r in listed.resources} == {FRESH, PLAIN}
+    assert kernel.capsules["notes"].read_uris == [FRESH, PLAIN, PLAIN]

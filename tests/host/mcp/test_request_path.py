@@ -35,7 +35,7 @@ from bench.baseline_server import build as baseline_server
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 READ_LIMITS = {"json.loads": 2, "json.dumps": 1, "validations": 1, "to_thread": 1, "pool.submit": 1}
-LIST_LIMITS = {"json.loads": 0, "json.dumps": 0, "validations": 0, "to_thread": 1, "pool.submit": 0}
+LIST_LIMITS = {"json.loads": 0, "json.dumps": 0, "validations": 0, "to_thread": 0, "pool.submit": 0}
 
 
 @contextmanager
