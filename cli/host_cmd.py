@@ -26,13 +26,24 @@ def host() -> None:
 @host.command("run")
 @capsules_option
 @bus_options
-def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None) -> None:
+@click.option(
+    "--kv-store",
+    type=click.Choice(["jetstream", "sqlite"]),
+    default="jetstream",
+    show_default=True,
+    help="Where astrid:kv keeps state: the NATS server's JetStream (shared by every host), "
+    "or this machine's SQLite file (shared only by the hosts on this machine).",
+)
+def host_run(capsule_dirs: tuple[Path, ...], bus_url: str | None, nats_creds: Path | None, kv_store: str) -> None:
     """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM)."""
     from astrid.host.runtime import RuntimeConfig, make_kernel
 
     if bus_url is None:
-        raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
+        raise UserError(
+            "astrid host run needs --bus nats://HOST:PORT or $ASTRID_BUS (the NATS server the MCP server uses)"
+        )
     bus = BusOptions(bus_url, nats_creds)
+    bus.kv_on_bus = kv_store == "jetstream"
     config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
     bus.apply(config)
     kernel = make_kernel(config, role="capsules")
