@@ -71,7 +71,8 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     """Print the nats-server `authorization` entry for a host running the capsules of --capsules.
 
     The host may publish only what its capsules' manifests allow on the
-    resource topics, plus the bus's own host topics. Add a password (or use
+    resource topics, plus the bus's own host topics, plus, when a capsule asks
+    for kv, the JetStream subjects of the kv bucket alone. Add a password (or use
     nkeys) and put the entry in the server's `authorization { users = [...] }`.
     """
     from astrid.host.bus.nats import host_permissions
@@ -86,4 +87,8 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     manifests = [load_manifest(folder) for folder in folders]
     publish = [pattern for manifest in manifests for pattern in manifest.publish if pattern.startswith(replies)]
     rules = host_permissions(publish, HOST_CLUSTER, [RESOURCE_REQUESTS])
+    if any(manifest.capabilities.kv for manifest in manifests):  # kv state on JetStream (`--kv-store jetstream`)
+        from astrid.host.capabilities.kv_nats import kv_permissions
+
+        rules["publish"] = sorted({*rules["publish"], *kv_permissions()})
     click.echo(json.dumps({"user": user, "password": "CHANGE-ME", "permissions": rules}, indent=2))
