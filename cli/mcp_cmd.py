@@ -358,6 +358,9 @@ def _local_workers(count: int | None, capsule_dirs: tuple[Path, ...], bus: BusOp
     try:
         cluster.start()
         _say(cluster.banner())
+        # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
+        # below stops the workers and nats-server in order, instead of leaving them to the kernel.
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
         joined = BusOptions(cluster.url("mcp"), None)
         joined.local_capsules = False  # the workers run them
         joined.before_join = cluster.wait_ready
