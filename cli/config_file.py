@@ -41,7 +41,8 @@ class Key:
     """One key of `[serve]`: the click parameter it fills, what it holds, an example (the fix in errors)."""
 
     param: str
-    kind: str  # str, principal, bool, count (int >= 1), address, strs, folders, file, path, limits
+    kind: str  # str, principal, bool, count (int >= 1), workers (count or "auto"), address, strs,
+    # folders, file, path, limits
     example: str
 
 
@@ -69,6 +70,7 @@ KEYS: dict[str, Key] = {
     "metrics": Key("metrics_address", "address", 'metrics = "127.0.0.1:9464"'),
     "metrics-public": Key("metrics_public", "bool", "metrics-public = true"),
     "log-format": Key("log_format", "str", 'log-format = "json"'),
+    "workers": Key("workers", "workers", 'workers = "auto"'),
 }
 # Settings that only an HTTP server uses (stdio ignores them when they come from the file).
 HTTP_ONLY = (
@@ -206,6 +208,12 @@ def _value(path: Path, key: str, spec: Key, value: Any) -> Any:
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise wrong("a whole number of at least 1")
+        return value
+    if kind == "workers":  # a count, or "auto"
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise wrong('a whole number of at least 1, or "auto"')
         return value
     if kind == "address":
         if isinstance(value, int) and not isinstance(value, bool):

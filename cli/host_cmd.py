@@ -29,6 +29,14 @@ def host() -> None:
 @capsules_option
 @bus_options
 @observability_options
+@click.option(
+    "--kv-store",
+    type=click.Choice(["jetstream", "sqlite"]),
+    default="jetstream",
+    show_default=True,
+    help="Where astrid:kv keeps state: the NATS server's JetStream (shared by every host), "
+    "or this machine's SQLite file (shared only by the hosts on this machine).",
+)
 def host_run(
     capsule_dirs: tuple[Path, ...],
     bus_url: str | None,
@@ -37,6 +45,7 @@ def host_run(
     metrics_address: str | None,
     metrics_public: bool,
     log_format: str,
+    kv_store: str,
 ) -> None:
     """Run the capsules of --capsules (and the capsule home) on the bus at --bus until stopped (Ctrl-C or SIGTERM).
 
@@ -48,8 +57,11 @@ def host_run(
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid-host")
     if bus_url is None:
-        raise UserError("astrid host run needs --bus nats://HOST:PORT (the NATS server the MCP server uses)")
+        raise UserError(
+            "astrid host run needs --bus nats://HOST:PORT or $ASTRID_BUS (the NATS server the MCP server uses)"
+        )
     bus = BusOptions(bus_url, nats_creds)
+    bus.kv_on_bus = kv_store == "jetstream"
     config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
     bus.apply(config)
     for line in observing.start():
@@ -95,10 +107,11 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     """Print the nats-server `authorization` entry for a host running the capsules of --capsules.
 
     The host may publish only what its capsules' manifests allow on the
-    resource topics (replies and events), plus the bus's own host topics, and
+    resource topics (replies and events), plus the bus's own host topics,
     `resource.v1.event.updated` when a capsule reads files (the host announces
-    a changed file for it). Add a password (or use nkeys) and put the entry in
-    the server's `authorization { users = [...] }`.
+    a changed file for it), and, when a capsule asks for kv, the JetStream
+    subjects of the kv bucket alone. Add a password (or use nkeys) and put the
+    entry in the server's `authorization { users = [...] }`.
     """
     from astrid.host.bus.nats import host_permissions
     from astrid.host.contract.topics import (
@@ -121,4 +134,8 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     if any(manifest.capabilities.fs for manifest in manifests):
         publish.append(RESOURCE_UPDATED_TOPIC)  # the host's own announcement of a changed file, for the capsule
     rules = host_permissions(publish, HOST_CLUSTER, [RESOURCE_REQUESTS])
+    if any(manifest.capabilities.kv for manifest in manifests):  # kv state on JetStream (`--kv-store jetstream`)
+        from astrid.host.capabilities.kv_nats import kv_permissions
+
+        rules["publish"] = sorted({*rules["publish"], *kv_permissions()})
     click.echo(json.dumps({"user": user, "password": "CHANGE-ME", "permissions": rules}, indent=2))

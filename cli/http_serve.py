@@ -150,7 +150,8 @@ def serve_http(
     else:
         if principal is not None:
             raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
-        config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=None)
+        local = options.bus is None or options.bus.local_capsules
+        config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs) if local else [], principal=None)
         if options.max_sandboxes is not None:
             config.max_instances = options.max_sandboxes
         if options.bus is not None:
@@ -181,8 +182,10 @@ def serve_http(
     _say(_limits_line(listener))
     if options.access_log:
         _say("access log: one line per request (time, client, user, method, URI or name, status, ms); --no-access-log")
-    paths = runtime.config.capsule_paths
-    _say("capsule paths: " + (", ".join(str(p) for p in paths) or "none"))
+    if options.bus is not None and not options.bus.local_capsules:  # --workers
+        _say("capsule paths (the workers'): " + (", ".join(str(p) for p in options.bus.served_paths) or "none"))
+    else:
+        _say("capsule paths: " + (", ".join(str(p) for p in runtime.config.capsule_paths) or "none"))
     if options.resource_tools:
         _say(RESOURCE_TOOLS_LINE)
     try:

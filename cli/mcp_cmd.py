@@ -38,6 +38,7 @@ from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
 from astrid.cli.observe import Observability, observability_options
+from astrid.cli.workers import WorkersType
 
 log = logging.getLogger("astrid.cli")
 
@@ -131,7 +132,9 @@ def make_runtime(
 ):
     from astrid.host.runtime import Runtime, RuntimeConfig
 
-    config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs), principal=resolve_principal(principal))
+    local = bus is None or bus.local_capsules
+    paths = resolve_capsule_paths(capsule_dirs) if local else []
+    config = RuntimeConfig(capsule_paths=paths, principal=resolve_principal(principal))
     if max_sandboxes is not None:
         config.max_instances = max_sandboxes
     if bus is not None:
@@ -152,10 +155,18 @@ class BusOptions:
             raise UserError(f"--bus {problem}")
         self.url = url
         self.credentials = str(credentials) if credentials is not None else None
+        self.kv_on_bus = True  # kv state in JetStream (False: the SQLite file, as on one machine)
+        self.local_capsules = True  # False: this process runs no capsules (`--workers` runs them)
+        self.before_join: Callable[[], None] | None = None
+        self.served_paths: list[Path] = []  # with local_capsules False: the capsule paths the workers run
 
     def apply(self, config) -> None:
         config.bus_url = self.url
         config.nats_credentials = self.credentials
+        config.kv_on_bus = self.kv_on_bus
+        config.before_join = self.before_join
+        if not self.local_capsules:
+            config.capsule_paths = []
 
 
 def bus_options(function):
@@ -170,8 +181,10 @@ def bus_options(function):
         "--bus",
         "bus_url",
         default=None,
+        envvar="ASTRID_BUS",  # keeps a password off the command line, which every local user can read (`ps`)
         metavar="nats://HOST:PORT",
-        help="Join capsule hosts over this NATS server (user:password@ or a token in the URL, or --nats-creds).",
+        help="Join capsule hosts over this NATS server (user:password@ or a token in the URL, or --nats-creds); "
+        "default: $ASTRID_BUS.",
     )(function)
 
 
@@ -246,6 +259,13 @@ def _say(message: str) -> None:
 )
 @bus_options
 @observability_options
+@click.option(
+    "--workers",
+    type=WorkersType(),
+    default=None,
+    help="Run the capsules in N local processes (auto: one per core) joined by a private nats-server "
+    "this command starts and stops; the MCP front end spreads requests across them (docs/nats.md).",
+)
 def mcp_serve(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -270,6 +290,7 @@ def mcp_serve(
     metrics_address: str | None,
     metrics_public: bool,
     log_format: str,
+    workers: int | None,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
@@ -285,6 +306,8 @@ def mcp_serve(
         if config.values.get("http_limits") and from_command_line("http_limits"):
             http_limits = (*config.values["http_limits"], *http_limits)  # a flag overrides that one limit
     bus = BusOptions(bus_url, nats_creds)
+    if workers is not None and bus.url is not None:
+        raise UserError("--workers starts its own NATS server: give --workers or --bus, not both")
     if http_address is None:
         http_only = {
             "--tokens": ("token_file", token_file),
@@ -301,7 +324,8 @@ def mcp_serve(
         unused = [k for k in HTTP_ONLY if config and config.values.get(KEYS[k].param) and from_file(KEYS[k].param)]
         if unused and config is not None:
             _say(f"{config.path}: {', '.join(unused)}: used with --http only (this serves stdio)")
-        _serve_stdio(capsule_dirs, principal, watch, resource_tools, bus, observing)
+        with _local_workers(workers, capsule_dirs, bus) as joined:
+            _serve_stdio(capsule_dirs, principal, watch, resource_tools, joined, observing)
         return
     if config is not None and principal is not None and not no_auth and from_file("principal"):
         _say(f"{config.path}: principal: used on stdio and with no-auth only (with auth, a credential names its user)")
@@ -325,7 +349,34 @@ def mcp_serve(
         bus=bus,
         access_log=access_log,
     )
-    serve_http(capsule_dirs, principal, watch, options, observing)
+    with _local_workers(workers, capsule_dirs, bus) as joined:
+        options.bus = joined
+        serve_http(capsule_dirs, principal, watch, options, observing)
+
+
+@contextmanager
+def _local_workers(count: int | None, capsule_dirs: tuple[Path, ...], bus: BusOptions) -> Iterator[BusOptions]:
+    """With --workers: a private nats-server and `count` capsule hosts for as long as serve runs."""
+    if count is None:
+        yield bus
+        return
+    from astrid.cli.workers import LocalCluster
+
+    paths = resolve_capsule_paths(capsule_dirs)  # a wrong --capsules is an error before anything starts
+    cluster = LocalCluster(count, capsule_dirs)
+    try:
+        cluster.start()
+        _say(cluster.banner())
+        # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
+        # below stops the workers and nats-server in order, instead of leaving them to the kernel.
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        joined = BusOptions(cluster.url("mcp"), None)
+        joined.local_capsules = False  # the workers run them
+        joined.before_join = cluster.wait_ready
+        joined.served_paths = paths
+        yield joined
+    finally:
+        cluster.stop()
 
 
 def _serve_stdio(
@@ -345,17 +396,22 @@ def _serve_stdio(
     # Ctrl-C ends the input as Ctrl-D does: the requests already read are answered, then it exits.
     stop = InputStop(on_stop=_stopping)
     with _ctrl_c_requests(stop):
+        if not bus.local_capsules:  # --workers: SIGTERM stops as Ctrl-C does, so the workers are stopped too
+            signal.signal(signal.SIGTERM, lambda *_: stop.request())
         runtime = make_runtime(capsule_dirs, principal, bus=bus)
         show_server_events()
         if bus.url is not None:
             _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
-        paths = runtime.config.capsule_paths
+        paths = runtime.config.capsule_paths if bus.local_capsules else bus.served_paths
         _say(f"serving MCP resources on stdio for principal {runtime.principal!r}")
         terminal = _stdin_is_terminal()
         if terminal:  # a person, not a client, is on stdin
             _say(WAITING_LINE)
         if paths:
-            _say("capsule paths: " + ", ".join(str(p) for p in paths))
+            _say(
+                ("capsule paths: " if bus.local_capsules else "capsule paths (the workers'): ")
+                + ", ".join(map(str, paths))
+            )
         else:
             _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
         if resource_tools:
@@ -470,6 +526,8 @@ def _announce(runtime, watch: bool, hint: str) -> None:
         _say(f"capsule {failure.folder} not loaded: {failure.error}")
     names = ", ".join(c.name for c in status.capsules) or "none"
     ready = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
+    if not runtime.config.capsule_paths and runtime.config.bus_url:  # --workers: the capsules run in them
+        ready = f"ready in {status.seconds:.1f} s: joined the capsule hosts"
     if runtime.principal is not None:
         try:
             count = str(len(runtime.list_resources()))

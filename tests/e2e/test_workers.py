@@ -1,0 +1,155 @@
+"""`astrid mcp serve --workers N`: a private nats-server and N capsule-host processes behind one MCP server.
+
+A real MCP client serves a full session over stdio with `--workers 2`; the
+child processes the banner names are alive while it serves and gone once it
+exits (end of input, SIGTERM, Ctrl-C, and SIGKILL of serve itself: no orphan).
+Another local user gets nothing: the nats-server takes no client without the
+generated credentials, and they appear on no command line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from astrid.host.bus.nats import NatsBus
+from astrid.host.contract.topics import HOST_CLUSTER
+from astrid.host.errors import BusError
+from tests.support.processes import astrid_exe, run_astrid, serve_args, server_env
+from tests.support.stdio import stdio_session
+
+DOCS_URI, PROBE_URI = "astrid://docs/index", "astrid://probe/note"
+BANNER = re.compile(r"started nats-server \(pid (\d+)\) on 127\.0\.0\.1:(\d+).*pids ([\d, ]+)\)")
+
+
+def started(log: str) -> tuple[int, int, list[int]]:
+    """The nats-server's pid and port, and the workers' pids, as the banner says them."""
+    found = BANNER.search(log)
+    assert found, log
+    return int(found[1]), int(found[2]), [int(pid) for pid in found[3].split(", ")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by a parent still running) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def all_gone(pids: list[int], within_s: float = 15) -> list[int]:
+    """The pids still running after `within_s` (none, when nothing was left behind)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_two_workers_serve_a_full_session_and_leave_nothing_behind(capsules, capsule_home, tmp_path) -> None:
+    log = tmp_path / "serve.log"
+    async with stdio_session(
+        capsules["docs"], capsules["probe"], capsule_home=capsule_home, stderr=log, extra=("--workers", "2")
+    ) as served:
+        # The front end waits for its workers before joining: the first list already has their capsules.
+        uris = await served.uris()
+        assert {DOCS_URI, PROBE_URI} <= set(uris) and uris.count(PROBE_URI) == 1  # two replicas, listed once
+        assert await served.text(PROBE_URI) == "the private note of alice"
+        assert "astrid" in (await served.text(DOCS_URI)).lower()
+        for _ in range(10):
+            assert await served.text(PROBE_URI) == "the private note of alice"
+
+        nats_pid, port, workers = started(served.log())
+        children = [nats_pid, *workers]
+        assert len(workers) == 2 and all(alive(pid) for pid in children)
+        text = served.log()
+        assert "worker 1: hosting" in text and "worker 2: hosting" in text
+        # Another local user: sees every command line, holds no credential, cannot connect.
+        for pid in children:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert b"@127.0.0.1" not in command and b"nats://" not in command, command
+        with pytest.raises(BusError, match="cannot connect"):
+            NatsBus(f"nats://127.0.0.1:{port}", role="mcp", cluster=HOST_CLUSTER).connect(timeout_s=2)
+        config = Path(Path(f"/proc/{nats_pid}/cmdline").read_bytes().split(b"\0")[2].decode())
+        assert config.stat().st_mode & 0o777 == 0o600 and config.parent.stat().st_mode & 0o777 == 0o700
+    # The client closed stdin: serve stopped its workers and its nats-server, and removed their folder.
+    assert all_gone(children) == []
+    assert not config.parent.exists()
+
+
+def start_serving(capsules, capsule_home: Path, log: Path, http: bool) -> tuple[subprocess.Popen, list[int]]:
+    """`astrid mcp serve --workers 2` (stdio with an open stdin, or HTTP), once both workers host their capsules."""
+    extra = ("--workers", "2", "--no-watch") + (("--http", "127.0.0.1:0", "--no-auth") if http else ())
+    args = serve_args(capsules["probe"], principal="alice", extra=extra)
+    with log.open("w") as errors:
+        process = subprocess.Popen(
+            [astrid_exe(), *args],
+            env=server_env(capsule_home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+    deadline = time.monotonic() + 120
+    while not ("worker 1: hosting" in log.read_text() and "worker 2: hosting" in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    nats_pid, _, workers = started(log.read_text())
+    return process, [nats_pid, *workers]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, and the parent-death signal of Linux")
+@pytest.mark.parametrize(
+    ("signum", "http"),
+    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGKILL, False), (signal.SIGTERM, True)],
+)
+def test_serve_stopped_by_a_signal_leaves_no_child(capsules, capsule_home, tmp_path, signum, http) -> None:
+    log = tmp_path / "serve.log"
+    process, children = start_serving(capsules, capsule_home, log, http)
+    try:
+        assert all(alive(pid) for pid in children)
+        process.send_signal(signum)  # SIGKILL: serve cleans nothing up; the kernel signals its children
+        process.wait(30)
+        # Stopped in order, serve has reaped its children before exiting; after SIGKILL the kernel's
+        # signal to them (Linux) takes them down shortly after.
+        assert all_gone(children, within_s=15 if signum == signal.SIGKILL else 0.5) == [], log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in children:  # never leave one to the next test, whatever failed
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_errors_are_one_line(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        [astrid_exe(), "mcp", "serve", "--workers", "2"],
+        env={**os.environ, "ASTRID_NATS_SERVER": str(tmp_path / "no-nats-server")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines()[-1] == (
+        f"error: --workers: $ASTRID_NATS_SERVER={tmp_path / 'no-nats-server'}: not an executable nats-server"
+    )
+    both = run_astrid("mcp", "serve", "--workers", "2", "--bus", "nats://127.0.0.1:4222", cwd=tmp_path, timeout=60)
+    assert both.returncode != 0 and "give --workers or --bus, not both" in both.stderr
+    zero = run_astrid("mcp", "serve", "--workers", "0", cwd=tmp_path, timeout=60)
+    assert zero.returncode == 2 and "at least 1 (or auto: one per core)" in zero.stderr
