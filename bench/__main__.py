@@ -182,6 +182,16 @@ def table(results: dict) -> str:
                 f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
                 f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {ratio:.2f}x |"
             )
+    if "http" in results and "workers" in results["http"]:
+        hosts = results["http"]["workers"]
+        for workers in ("1", "2"):  # JSON keys
+            a, b = hosts[workers]["astrid"], hosts[workers]["baseline"]
+            rows.append(
+                f"| HTTP reads, {hosts['clients']} clients, `--workers {workers}` (capsule hosts over NATS): "
+                f"req/s (p50 / p99 ms) | {results['http']['capsules']} | "
+                f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
+                f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {a['throughput_ratio']:.2f}x |"
+            )
     if "nats" in results:
         nats = results["nats"]
         for metric in ("list_warm", "read_text", "read_blob"):

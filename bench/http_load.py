@@ -16,6 +16,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 CLIENT_COUNTS = (1, 8, 32)
+WORKER_CLIENTS = 32  # the load of the capsule-host comparison (`--workers 1` vs `--workers 2`)
+WORKER_COUNTS = (1, 2)
 URI = "astrid://bench/00-text-0"
 _URL = re.compile(r"(https?://\S+/mcp)")
 
@@ -49,6 +52,8 @@ def started(command: list[str], ready: str):
                 raise RuntimeError(f"{command[0]} did not get ready")
         if url is None:
             raise RuntimeError(f"{' '.join(command)} exited before serving")
+        # keep reading: a server whose stderr pipe fills up blocks on its next log line
+        threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()  # type: ignore[union-attr]
         yield url
     finally:
         process.terminate()
@@ -106,7 +111,9 @@ def main() -> None:
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
     astrid = str(Path(sys.executable).parent / "astrid")
     astrid_cmd = [astrid, "mcp", "serve", "--http", "127.0.0.1:0", "--no-auth", "--principal", "bench"]
-    astrid_cmd += ["--no-watch", "--capsules", str(folder)]
+    astrid_cmd += ["--no-watch", "--no-access-log", "--capsules", str(folder)]
+    # one principal, 32 sessions and requests: above the default caps of 16 per user (limits, not the load measured)
+    astrid_cmd += ["--http-limit", "sessions-per-principal=64", "--http-limit", "requests-per-principal=64"]
     baseline_cmd = [sys.executable, "-m", "bench.baseline_server", str(count), "--http", "127.0.0.1:0"]
     results: dict[str, Any] = {"seconds": seconds, "astrid": {}, "baseline": {}, "throughput_ratio": {}}
     with started(astrid_cmd, "ready in") as astrid_url, started(baseline_cmd, "baseline serving") as baseline_url:
@@ -116,6 +123,16 @@ def main() -> None:
                 results[system][clients] = anyio.run(load, url, clients, seconds)
             a, b = results["astrid"][clients], results["baseline"][clients]
             results["throughput_ratio"][clients] = a["throughput_rps"] / b["throughput_rps"]
+        # The same load on 1 and 2 capsule-host processes (replicas over a private NATS), the baseline
+        # (still running) measured again beside each so the ratio is of the same moment.
+        results["workers"] = {"clients": WORKER_CLIENTS}
+        for workers in WORKER_COUNTS:
+            with started([*astrid_cmd, "--workers", str(workers)], "ready in") as url:
+                print(f"http load: astrid --workers {workers}, {WORKER_CLIENTS} clients ...", file=sys.stderr)
+                hosts = anyio.run(load, url, WORKER_CLIENTS, seconds)
+                base = anyio.run(load, baseline_url, WORKER_CLIENTS, seconds)
+            hosts["throughput_ratio"] = hosts["throughput_rps"] / base["throughput_rps"]
+            results["workers"][workers] = {"astrid": hosts, "baseline": base}
     print(json.dumps(results))
 
 

@@ -18,6 +18,7 @@ _NAMES = {
     "sessions": "sessions",
     "sessions-per-principal": "sessions_per_principal",
     "streams-per-principal": "streams_per_principal",
+    "requests-per-principal": "requests_per_principal",
     "session-idle": "session_idle_s",
     "credential-check": "credential_check_s",
 }

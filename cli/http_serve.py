@@ -119,7 +119,8 @@ def _limits_line(listener) -> str:
     per_client = limits.connections_per_client
     line = (
         f"limits: {cap} connections ({per_client or 'no cap'} per client address), "
-        f"{limits.sessions_per_principal} sessions and {limits.streams_per_principal} listen streams per user "
+        f"{limits.sessions_per_principal} sessions and {limits.streams_per_principal} listen streams per user, "
+        f"{limits.requests_per_principal} requests in flight per user "
         "(--http-limit NAME=VALUE changes them)"
     )
     if cap < limits.connections:

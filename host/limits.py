@@ -54,6 +54,8 @@ class HttpLimits:
     sessions_per_principal: int = 16
     # 2026-07-28 `subscriptions/listen` streams of one principal
     streams_per_principal: int = 16
+    # requests of one principal in flight at once; the next is refused as busy, never queued
+    requests_per_principal: int = 16
     # a session with no request in flight this long is closed
     session_idle_s: float = 1800.0
     # how often open sessions and streams have their credential checked again

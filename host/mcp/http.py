@@ -127,6 +127,7 @@ class HttpListener:
         )
         server.credentials = self.credentials
         server.max_streams_per_principal = limits.streams_per_principal
+        server.max_requests_per_principal = limits.requests_per_principal
         self.sessions = PrincipalSessionManager(
             app=server.server,
             security_settings=transport_security(settings, self.port),

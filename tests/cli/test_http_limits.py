@@ -17,6 +17,12 @@ def test_overrides_change_only_the_named_limits():
     assert limits.connections == HttpLimits().connections
 
 
+def test_the_in_flight_cap_per_principal_is_a_limit_too():
+    # one user's heavy client (or a benchmark) may need more than 16 requests in flight
+    limits = with_overrides(HttpLimits(), ["requests-per-principal=64"])
+    assert limits.requests_per_principal == 64 and HttpLimits().requests_per_principal == 16
+
+
 @pytest.mark.parametrize(
     ("override", "says"),
     [
