@@ -270,7 +270,7 @@ async def test_updates_cross_nats_from_capsule_hosts_to_the_mcp_server(
     grants(user).grant("counter", "kv")
     today, hits = "astrid://files/today.md", "astrid://counter/hits"
     hosts_log = tmp_path / "hosts.log"
-    with nats_server(tmp_path) as server:
+    with nats_server(tmp_path, jetstream=True) as server:  # the counter keeps its count in kv
         url = server.url()
         with (
             capsule_host(url, built["files"], capsule_home, hosts_log, env=user),

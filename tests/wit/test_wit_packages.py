@@ -16,6 +16,7 @@ EXPECTED_PACKAGES = {
     "astrid-bus:types@1.0.0",
     "astrid-bus:resource@1.0.0",
     "astrid-bus:resource-template@1.0.0",
+    "astrid-bus:resource-events@1.0.0",
     "astrid:ipc@1.0.0",
     "astrid:sys@1.0.0",
     "astrid:fs@1.0.0",
