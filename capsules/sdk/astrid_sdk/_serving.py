@@ -208,15 +208,16 @@ class Server:
             self._constant_templates = _templates_body(host, [t.definition for t in self.registry.templates])
         return self._constant_templates
 
-    def _answering(self, host, prefix: str, correlation_id: str, refusal: dict):
+    def _answering(self, host, prefix: str, correlation_id: str, refusal):
         """(reply topic, verified caller, None), or the outcome when the request gets no answer of its own:
-        a reply topic over the topic limit is not answered; a caller that is not verified gets `refusal`."""
+        a reply topic over the topic limit is not answered; a caller that is not verified gets `refusal()`
+        (made only then: a read pays nothing for it)."""
         topic = prefix + correlation_id
         if _wire.utf8_len(topic) > _wire.MAX_TOPIC_BYTES:
             return topic, None, ("continue", "correlation_id too long")
         caller = self._verified(host)
         if caller is None:
-            return topic, None, self._reply(host, topic, refusal, "deny")
+            return topic, None, self._reply(host, topic, refusal(), "deny")
         return topic, caller, None
 
     def _visible(self, host, target, ctx: Context, what: str) -> bool:
@@ -251,7 +252,7 @@ class Server:
         route = self.registry.route(uri)
         if route is None:
             return "continue", "not mine"
-        refusal = _wire.read_response(uri, error=NOT_VERIFIED)
+        refusal = lambda: _wire.read_response(uri, error=NOT_VERIFIED)  # noqa: E731
         topic, caller, outcome = self._answering(host, READ_REPLY_PREFIX, correlation_id, refusal)
         if outcome is not None:
             return outcome
@@ -349,7 +350,7 @@ class Server:
         template = self.registry.template(uri_template)
         if template is None:
             return "continue", "not mine"
-        refusal = _wire.complete_response(error=NOT_VERIFIED)
+        refusal = lambda: _wire.complete_response(error=NOT_VERIFIED)  # noqa: E731
         topic, caller, outcome = self._answering(host, COMPLETE_REPLY_PREFIX, correlation_id, refusal)
         if outcome is not None:
             return outcome
