@@ -47,7 +47,8 @@ from astrid.host.kernel.oneshot import call_once
 from astrid.host.kernel.sandbox import CallStatus
 from astrid.host.kernel.static_replies import STATIC_ACTION
 
-# The guest SDK's reserved action and the version of its reply (astrid_sdk._capsule; a test checks they agree).
+# The guest SDK's reserved action and the version of its reply (astrid_sdk._serving and _registry;
+# a test checks they agree).
 FACTS_ACTION = "astrid.facts"
 FACTS_VERSION = 1
 # Every action the SDK reserves, and what it tells the host (a manifest must not bind them).

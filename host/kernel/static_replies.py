@@ -59,7 +59,7 @@ from astrid.host.limits import Limits
 
 log = logging.getLogger(__name__)
 
-STATIC_ACTION = "astrid.static"  # the SDK's `_capsule.STATIC_ACTION` (a test holds them together)
+STATIC_ACTION = "astrid.static"  # the SDK's `_serving.STATIC_ACTION` (a test holds them together)
 STATIC_VERSION = 1
 RECORD_VERSION = 2  # {"record", "wasm_sha256", "answer"}
 RECORD_SUFFIX = ".static.json"

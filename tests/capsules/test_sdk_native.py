@@ -16,7 +16,19 @@ import pytest
 import astrid_sdk
 from astrid.host.contract import DescribeResponse, ReadResponse
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid_sdk import Annotations, Capsule, DefinitionError, HostError, Icon, Resource, _wire, blob, text
+from astrid_sdk import (
+    Annotations,
+    Capsule,
+    DefinitionError,
+    HostError,
+    Icon,
+    Resource,
+    _template,
+    _uri,
+    _wire,
+    blob,
+    text,
+)
 from astrid_sdk._capsule import _flat_key
 
 
@@ -298,6 +310,34 @@ def test_flat_keys(key):
 @pytest.mark.parametrize("key", ["", ".", "..", "a/b", "a\\b", "%2e%2e", "%2E.", "a%2fb", "a\nb", "a%5cb"])
 def test_non_flat_keys(key):
     assert not _flat_key(key)
+
+
+def families_and_templates() -> tuple:
+    capsule = Capsule("enc")
+    family = capsule.resource_family("astrid://enc/f/")(lambda ctx, uri: "x")
+    template = capsule.template("astrid://enc/t/{id}")(lambda ctx: ctx.params["id"])
+    return family, template
+
+
+def test_family_keys_and_template_values_share_one_percent_decoder():
+    assert _template.percent_decode is _uri.percent_decode
+
+
+@pytest.mark.parametrize(("key", "decoded"), [("caf%C3%A9", "café"), ("%E2%82%AC", "€"), ("na%C3%AFve", "naïve")])
+def test_a_non_ascii_percent_encoded_key_decodes_as_utf8_for_a_family_and_a_template_alike(key, decoded):
+    family, template = families_and_templates()
+    assert _uri.percent_decode(key) == decoded  # no longer byte by byte into Latin-1 ("cafÃ©") for families
+    assert family.key_of("astrid://enc/f/" + key) == key
+    assert template.match("astrid://enc/t/" + key) == {"id": decoded}
+
+
+@pytest.mark.parametrize("key", ["caf%E9", "%FF", "%C0%AE", "%C0%AE%C0%AE", "%C0%AF"])
+def test_escapes_that_are_not_utf8_are_refused_by_a_family_and_a_template_alike(key):
+    """Latin-1 `é`, a stray byte, overlong `.`, `..` and `/`: a family once served them, a template never did."""
+    family, template = families_and_templates()
+    assert not _flat_key(key)
+    assert family.key_of("astrid://enc/f/" + key) is None
+    assert template.match("astrid://enc/t/" + key) is None
 
 
 def test_correlation_ids_are_clean_and_distinct_per_principal():

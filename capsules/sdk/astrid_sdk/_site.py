@@ -86,3 +86,14 @@ def exception_site(exc: BaseException) -> str:
         return ""
     code = chosen.tb_frame.f_code
     return f" ({shown(code.co_filename)}:{chosen.tb_lineno} in {code.co_name})"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`ValueError: boom (app.py:12 in readme)` without reading any file.
+
+    The place is the last frame in the author's code, not one inside the SDK
+    (a refused `ctx.fs.read` points at the handler's line that called it).
+    """
+    where = exception_site(exc)
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"

@@ -10,7 +10,8 @@
 - `{+var}` may span `/`, but never yields a `.` or `..` segment, a `?` or a
   `#`.
 - Every value is percent-decoded as UTF-8 (a value that is not UTF-8 once
-  decoded does not match) and holds no control character (C0 or DEL).
+  decoded does not match) and holds no control character (C0 or DEL). The
+  decoder is `_uri.percent_decode`, the one a family's keys go through too.
 - Variable names are `[A-Za-z_][A-Za-z0-9_]*`, each used once; two variables
   need a literal between them. Other RFC 6570 operators are refused.
 
@@ -25,13 +26,12 @@ from __future__ import annotations
 import re
 
 from astrid_sdk._errors import DefinitionError
+from astrid_sdk._uri import percent_decode
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EXPRESSION = re.compile(r"\{([^{}]*)\}")
 _SEGMENT_VALUE = r"[^/?#]+"
 _RESERVED_VALUE = r"[^?#]+"
-_ASCII_RUN = re.compile(r"[\x00-\x7f]+")
-_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class Variable:
@@ -143,37 +143,3 @@ def _safe_value(raw: str, reserved: bool) -> str | None:
     if any(segment in (".", "..") for segment in value.split("/")):
         return None
     return value
-
-
-def percent_decode(text: str) -> str:
-    """`%XX` escapes decoded as UTF-8 (strict: UnicodeDecodeError when the bytes are not UTF-8).
-
-    A `%` not followed by two hex digits stays as it is. Characters outside
-    ASCII pass through untouched; each run of ASCII is decoded on its own
-    (as `urllib.parse.unquote` does).
-    """
-    if "%" not in text:
-        return text
-    parts: list[str] = []
-    last = 0
-    for run in _ASCII_RUN.finditer(text):
-        parts.append(text[last : run.start()])
-        parts.append(_unescape(run.group()).decode("utf-8"))
-        last = run.end()
-    parts.append(text[last:])
-    return "".join(parts)
-
-
-def _unescape(run: str) -> bytes:
-    out = bytearray()
-    index = 0
-    size = len(run)
-    while index < size:
-        char = run[index]
-        if char == "%" and index + 2 < size and run[index + 1] in _HEX and run[index + 2] in _HEX:
-            out.append(int(run[index + 1 : index + 3], 16))
-            index += 3
-        else:
-            out.append(ord(char))
-            index += 1
-    return bytes(out)
