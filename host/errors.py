@@ -26,6 +26,10 @@ class WasmtimeVersionError(AstridError, RuntimeError):
     """The installed wasmtime is not the version astrid's wasmtime patches were written for."""
 
 
+class McpVersionError(AstridError, RuntimeError):
+    """The installed mcp SDK is not the version `host/mcp/sdk_internals.py` was written for."""
+
+
 class ManifestError(AstridError, ValueError):
     """A `Capsule.toml` that cannot be used (the message says which key, and why)."""
 

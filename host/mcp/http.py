@@ -34,22 +34,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import uvicorn
-from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import TokenVerifier
-from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from astrid.host.limits import HttpLimits
 from astrid.host.mcp.access import AccessLog, FailureLog
 from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
 from astrid.host.mcp.credential_watch import CredentialWatch
+from astrid.host.mcp.sdk_internals import streamable_http_app
 from astrid.host.mcp.sessions import PrincipalSessionManager
 
 if TYPE_CHECKING:
@@ -149,24 +143,9 @@ class HttpListener:
     def _app(self) -> Starlette:
         """The SDK's parts, composed as its `streamable_http_app` does, around astrid's session manager."""
         settings = self.settings
-        endpoint: ASGIApp = StreamableHTTPASGIApp(self.sessions)
-        routes: list[Route] = []
-        middleware: list[Middleware] = []
-        if settings.verifier is not None:
-            # Static tokens name no authorization server: no resource metadata.
-            metadata_url = build_resource_metadata_url(self.url) if settings.issuer else None  # type: ignore[arg-type]
-            middleware = [
-                Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(settings.verifier)),
-                Middleware(AuthContextMiddleware),
-            ]
-            endpoint = RequireAuthMiddleware(endpoint, [], metadata_url)
-            if settings.issuer:
-                routes += create_protected_resource_routes(
-                    resource_url=self.url,  # type: ignore[arg-type]
-                    authorization_servers=[settings.issuer],  # type: ignore[list-item]
-                )
-        routes.insert(0, Route(MCP_PATH, endpoint=endpoint))
-        return Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: self.sessions.run())
+        return streamable_http_app(
+            self.sessions, path=MCP_PATH, verifier=settings.verifier, resource_url=self.url, issuer=settings.issuer
+        )
 
     def serve(self) -> None:
         logging: dict[str, Any] = {} if self.settings.uvicorn_log_config else {"log_config": None}

@@ -54,9 +54,7 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.auth.provider import AccessToken
-from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
-from mcp.server.session import ServerSession
 from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -79,6 +77,7 @@ from astrid.host.mcp.reshape import (
     to_resource,
     to_template,
 )
+from astrid.host.mcp.sdk_internals import PinnedOptionsServer, check_version, connection_of
 from astrid.host.mcp.stdio import InputStop, screened_stdio_server
 from astrid.host.mcp.tools import ResourceTools
 from astrid.host.mcp.updates import Subscriptions
@@ -150,6 +149,7 @@ class AstridMcpServer:
         resource_tools: bool = False,
         subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
     ) -> None:
+        check_version()  # the SDK internals we lean on were written for one mcp (sdk_internals.py)
         self.backend = backend
         self.limits = limits
         self.ready_timeout_s = ready_timeout_s
@@ -166,7 +166,7 @@ class AstridMcpServer:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._last_reshape: tuple[list[ResourceDefinition], list[types.Resource]] = ([], [])
         self.watching: anyio.Event | None = None  # set once the list_changed baseline exists
-        self.server: Server[dict[str, Any]] = Server(
+        self.server: PinnedOptionsServer[dict[str, Any]] = PinnedOptionsServer(
             name,
             version=astrid_version(),
             title="astrid capsule resources",
@@ -197,7 +197,7 @@ class AstridMcpServer:
         # streamable HTTP) would otherwise report listChanged false.
         options = self.server.create_initialization_options(NotificationOptions(resources_changed=True))
         self._init_options = options.model_copy(update={"capabilities": self.capabilities()})
-        self.server.create_initialization_options = lambda *a, **k: self._init_options  # type: ignore[method-assign]
+        self.server.pin_options(self._init_options)
 
     # -- wiring ------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class AstridMcpServer:
         # notifications; remember a session that reaches it once initialized.
         if ctx.method != "initialize" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             if ctx.method == "notifications/initialized" or ctx.request_id is not None:
-                connection = _connection_of(ctx.session)
+                connection = connection_of(ctx.session)
                 principal = self._principal_or_none(ctx)
                 if principal is not None and not self.list_changed.joined(connection):
                     self.list_changed.join(connection, ctx.session, principal)
@@ -394,7 +394,7 @@ class AstridMcpServer:
             principal, lambda door: door.list_resources(), kept=lambda door: door.list_resources_now()
         )
         # What the client has now seen: list_changed compares against it.
-        self.list_changed.listed(principal, frozenset(d.uri for d in definitions), _connection_of(ctx.session))
+        self.list_changed.listed(principal, frozenset(d.uri for d in definitions), connection_of(ctx.session))
         return types.ListResourcesResult(
             resources=self._reshaped(definitions), ttl_ms=LIST_TTL_MS, cache_scope="private"
         )
@@ -473,7 +473,7 @@ class AstridMcpServer:
         """2025-11-25 `resources/subscribe`: for a URI the principal could read, until unsubscribed or gone."""
         principal = self._principal(ctx)
         uri = params.uri
-        connection = _connection_of(ctx.session)
+        connection = connection_of(ctx.session)
         if self.subscriptions.holds(connection, uri):
             return types.EmptyResult()
         self._room_for(principal, 1)
@@ -491,7 +491,7 @@ class AstridMcpServer:
     ) -> types.EmptyResult:
         """2025-11-25 `resources/unsubscribe`: no more updates of the URI on this session (none held: no error)."""
         self._principal(ctx)
-        self.subscriptions.unsubscribe(_connection_of(ctx.session), params.uri)
+        self.subscriptions.unsubscribe(connection_of(ctx.session), params.uri)
         return types.EmptyResult()
 
     def _room_for(self, principal: str, more: int) -> None:
@@ -712,9 +712,3 @@ def _trace_headers(ctx: ServerRequestContext[Any, Any]) -> dict[str, str] | None
         if name in (b"traceparent", b"tracestate"):
             found[name.decode()] = value.decode("latin-1")
     return found or None
-
-
-def _connection_of(session: ServerSession) -> Connection:
-    """The connection behind a handler's session proxy (a new proxy per request in
-    mcp 2.3.0): what lives as long as the client, and says when it is gone."""
-    return session._connection  # the SDK keeps no public accessor (pinned: mcp==2.3.0)

@@ -10,8 +10,9 @@ stays as the last bound.
 Each session is also watched (`CredentialWatch`): when the credential that
 opened it is revoked or expires, the session and its GET stream end.
 
-This leans on three methods of the SDK's manager (`_handle_stateful_request`,
-`_admit_session`, `_discard_session`) (mcp pinned at 2.3.0; tests/security holds the behaviour).
+The SDK's manager has no hook for admission or discard: `SessionManagerHooks`
+(`sdk_internals.py`, pinned to mcp 2.3.0) adds them; tests/security holds the
+behaviour.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import StreamableHTTPServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
 from astrid.host.mcp.credential_watch import CredentialWatch, Watched
+from astrid.host.mcp.sdk_internals import SessionManagerHooks, requests_in_flight
 from astrid.host.telemetry import metrics
 
 log = logging.getLogger("astrid.host.mcp.http")
@@ -47,7 +48,7 @@ class _Session:
     watched: Watched | None = None
 
 
-class PrincipalSessionManager(StreamableHTTPSessionManager):
+class PrincipalSessionManager(SessionManagerHooks):
     def __init__(self, *args, sessions_per_principal: int, watch: CredentialWatch | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sessions_per_principal = sessions_per_principal
@@ -78,27 +79,29 @@ class PrincipalSessionManager(StreamableHTTPSessionManager):
                 forget()
                 tg.cancel_scope.cancel()
 
-    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+    @contextlib.contextmanager
+    def around_request(self, scope: Scope) -> Iterator[None]:
+        """The request's verified credential in `_opening_token`, for `admitted` to watch."""
         user = scope.get("user")
         token = _opening_token.set(user.access_token if isinstance(user, AuthenticatedUser) else None)
         try:
-            await super()._handle_stateful_request(scope, receive, send)
+            yield
         finally:
             _opening_token.reset(token)
 
-    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+    def admitting(self, requestor: AuthorizationContext | None) -> None:
         principal = requestor["client_id"] if requestor is not None else ""
         if self.sessions_of(principal) >= self.sessions_per_principal:
             self._close_for_room(principal)
-        transport = super()._admit_session(requestor)
-        if transport is None or transport.mcp_session_id is None:
-            return transport
+
+    def admitted(self, requestor: AuthorizationContext | None, transport: StreamableHTTPServerTransport) -> None:
+        principal = requestor["client_id"] if requestor is not None else ""
         session = _Session(principal, transport)
         access = _opening_token.get()
         if self.watch is not None and access is not None:
-            session.watched = self.watch.watch(access, "session", lambda: self._end(transport))
+            session.watched = self.watch.watch(access, "session", lambda: self.discard(transport))
+        assert transport.mcp_session_id is not None
         self._sessions[transport.mcp_session_id] = session
-        return transport
 
     def _close_for_room(self, principal: str) -> None:
         """Close `principal`'s oldest idle session, else its oldest one (never another principal's)."""
@@ -110,17 +113,11 @@ class PrincipalSessionManager(StreamableHTTPSessionManager):
             self._warned[principal] = now
             log.warning("%s opened more than %d sessions: closing its oldest", principal or "(anonymous)", len(own))
         self._forget(sid)
-        self._server_instances.pop(sid, None)  # answers 404 from now on
-        assert self._task_group is not None
-        self._task_group.start_soon(self._end, session.transport)
+        self.unroute(sid)  # answers 404 from now on
+        self.start_soon(self.discard, session.transport)
 
-    async def _end(self, transport: StreamableHTTPServerTransport) -> None:
-        if transport.mcp_session_id is not None:
-            await self._discard_session(transport.mcp_session_id, transport)
-
-    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+    def discarding(self, session_id: str) -> None:
         self._forget(session_id)
-        await super()._discard_session(session_id, transport)
 
     def _forget(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
@@ -130,4 +127,4 @@ class PrincipalSessionManager(StreamableHTTPSessionManager):
 
 def _busy(transport: StreamableHTTPServerTransport) -> bool:
     """A request in flight, or an open GET stream (the SDK counts both)."""
-    return bool(getattr(transport, "_requests_in_flight", 0))
+    return bool(requests_in_flight(transport))

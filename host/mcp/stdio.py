@@ -11,7 +11,9 @@ answer and passes everything else through untouched:
 
 It also owns the process's standard streams while serving: the wire lives on
 private duplicates, fd 0 reads the null device and fd 1 points at stderr, so
-stray output can never corrupt the JSON-RPC stream.
+stray output can never corrupt the JSON-RPC stream. (The SDK's `stdio_server`
+does the same only when it opens the streams itself; given the screen's
+streams it leaves fd 0 and 1 alone: `sdk_internals.stdio_streams`.)
 
 At end of input the session is held open, bounded, until every request
 already read has been answered (or cancelled by the client): the SDK would
@@ -29,14 +31,14 @@ import errno
 import io
 import json
 import os
-import re
 import select
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from mcp.server.stdio import stdio_server
+
+from astrid.host.mcp.sdk_internals import answered_id, stdio_streams
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -44,9 +46,6 @@ INVALID_PARAMS = -32602
 # How long, at end of input, answers to requests already read are waited for:
 # past the front door's worst case (two describe rounds and two read windows).
 DRAIN_S = 15.0
-# The SDK writes a response as {"jsonrpc":"2.0","id":<id>,"result"|"error":...};
-# the id is read from that prefix, never by parsing a whole (maybe 8 MiB) line.
-_RESPONSE_PREFIX = re.compile(r'\{"jsonrpc":"2\.0","id":(-?\d+|"(?:[^"\\]|\\.)*"),"(?:result|error)"')
 
 
 def inspect_line(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -96,9 +95,9 @@ class _Pending:
 
     def written(self, line: str) -> None:
         if self.ids:
-            match = _RESPONSE_PREFIX.match(line)
-            if match:
-                self.ids.discard(json.loads(match.group(1)))
+            answered = answered_id(line)  # read from the line's prefix only (sdk_internals)
+            if answered is not None:
+                self.ids.discard(answered)
 
     async def drained(self, timeout_s: float) -> None:
         with anyio.move_on_after(timeout_s):
@@ -261,7 +260,7 @@ async def screened_stdio_server(stop: InputStop | None = None) -> AsyncIterator[
     writer = _LineWriter(io.TextIOWrapper(os.fdopen(wire_out, "wb"), encoding="utf-8"), pending)
     try:
         lines = _ScreenedLines(reader, writer, pending, stop)
-        async with stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
+        async with stdio_streams(stdin=lines, stdout=writer) as streams:
             yield streams
     finally:
         os.dup2(saved_in, 0)
