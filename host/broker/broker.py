@@ -172,10 +172,6 @@ class Broker:
             self.bus.unbind_owner(self.participant.source_id)
             self._started = False
 
-    def trust_ingress(self, source_id: str) -> None:
-        """Serve reads that arrive from `source_id` (e.g. the MCP server)."""
-        self.front_doors.trust(source_id)
-
     def _guard(self, handler: MessageHandler) -> MessageHandler:
         def run(message: Message) -> None:
             try:
@@ -186,10 +182,6 @@ class Broker:
         return run
 
     # -- describe --------------------------------------------------------------------
-
-    def list_resources(self, principal: Principal, *, refresh: bool = False) -> list[ResourceDefinition]:
-        """The principal's resources: one page, sorted by uri."""
-        return list(self.listed(principal, refresh=refresh))
 
     def listed(self, principal: Principal, *, refresh: bool = False) -> tuple[ResourceDefinition, ...]:
         """The principal's resources as the snapshot holds them (empty for anyone not verified)."""

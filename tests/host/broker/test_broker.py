@@ -543,7 +543,7 @@ def test_read_without_a_verified_principal_is_denied(bus, make_broker, principal
     capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
     broker, _ = make_broker(bus)
     trusted = FRONT_DOOR_CLIENT.participant()
-    broker.trust_ingress(trusted.source_id)
+    broker.front_doors.trust(trusted.source_id)
 
     reply = _raw_read(bus, trusted, principal)
 
@@ -555,7 +555,7 @@ def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
     FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
     broker, _ = make_broker(bus)
     trusted = FRONT_DOOR_CLIENT.participant()
-    broker.trust_ingress(trusted.source_id)
+    broker.front_doors.trust(trusted.source_id)
     reply = _raw_read(bus, trusted, ALICE)
     assert reply["contents"][0]["text"] == "x"
     assert reply["kind"] == "resource.read" and reply["req_id"] == "r1"
@@ -564,7 +564,7 @@ def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
 def test_invalid_read_request_gets_invalid_request(bus, make_broker):
     broker, _ = make_broker(bus)
     trusted = FRONT_DOOR_CLIENT.participant()
-    broker.trust_ingress(trusted.source_id)
+    broker.front_doors.trust(trusted.source_id)
     with bus.subscribe(trusted, reply_topic("r2"), principal_scope=ALICE) as sub:
         bus.publish(trusted, FRONT_DOOR_READ, json.dumps({"req_id": "r2", "uri": 7}), ALICE)
         message = sub.recv(5)

@@ -525,7 +525,7 @@ def test_completion_from_an_untrusted_participant_is_denied(bus, make_broker):
 def test_a_malformed_completion_request_is_answered_invalid(bus, make_broker):
     broker, _ = make_broker(bus)
     ingress = FRONT_DOOR_CLIENT.participant()
-    broker.trust_ingress(ingress.source_id)
+    broker.front_doors.trust(ingress.source_id)
     with bus.subscribe(ingress, reply_topic("r2"), principal_scope=ALICE) as replies:
         bus.publish(ingress, FRONT_DOOR_COMPLETE, json.dumps({"req_id": "r2", "argument_name": 3}), ALICE)
         message = replies.recv(5)
