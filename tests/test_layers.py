@@ -18,7 +18,12 @@ The rules (docs/design.md, "Layer rules"):
   layers that say what they do import it;
 - the foundation modules beside them (errors, limits, settings, version,
   toolpaths, owner_file) import no layer at all;
-- the guest SDK runs inside wasm and imports nothing of the host.
+- the guest SDK runs inside wasm and imports nothing of the host;
+- module by module: the bus's implementations are the composition root's
+  choice. Only the root (`runtime`) imports the NATS bus, and the layers
+  that talk over the bus (`contract`, `broker`, `mcp`) never import the
+  in-memory one: they see the interface (`bus.base`, `bus.topics`, the
+  package's names).
 
 Imports inside functions and under TYPE_CHECKING count too: a layer that
 needs another one "only lazily" still depends on it.
@@ -78,6 +83,14 @@ FORBIDDEN: dict[str, set[str]] = {
 }
 
 
+# Modules (not layers) a layer must not import, on top of FORBIDDEN.
+NATS_BUS, MEMORY_BUS = "astrid.host.bus.nats", "astrid.host.bus.memory"
+FORBIDDEN_MODULES: dict[str, set[str]] = {
+    **{layer: {NATS_BUS} for layer in LAYERS if layer not in ("bus", "runtime")},
+    **{layer: {NATS_BUS, MEMORY_BUS} for layer in ("contract", "broker", "mcp")},
+}
+
+
 def imported_modules(source: str) -> set[str]:
     """Every absolute module name a source file imports, wherever the import sits."""
     names: set[str] = set()
@@ -100,8 +113,12 @@ def host_layer(module: str) -> str | None:
 
 def violations(layer: str, source: str) -> list[str]:
     """The imports in `source` (a module of `layer`) that the rules forbid."""
-    forbidden = FORBIDDEN.get(layer, set())
-    return sorted(m for m in imported_modules(source) if host_layer(m) in forbidden)
+    forbidden, modules = FORBIDDEN.get(layer, set()), FORBIDDEN_MODULES.get(layer, set())
+    return sorted(
+        m
+        for m in imported_modules(source)
+        if host_layer(m) in forbidden or any(m == bad or m.startswith(bad + ".") for bad in modules)
+    )
 
 
 def layer_of(path: Path) -> str:
@@ -143,6 +160,9 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("auth", "from astrid.host.mcp.auth import BearerVerifier"),
         ("broker", "from astrid.host.auth import TokenStore"),
         ("telemetry", "from astrid.host.bus import Principal"),
+        ("contract", "from astrid.host.bus.nats import ClusterTopics"),
+        ("broker", "from astrid.host.bus.memory import InMemoryBus"),
+        ("kernel", "import astrid.host.bus.nats"),
     ],
 )
 def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:

@@ -60,7 +60,7 @@ from urllib.parse import urlsplit
 
 from astrid.host.bus.base import IpcErrorCode, Message, Participant, Principal
 from astrid.host.bus.memory import Dispatcher, InMemoryBus, InMemoryDelivery
-from astrid.host.bus.topics import pattern_matches, topic_problem
+from astrid.host.bus.topics import ClusterTopics, pattern_matches, topic_problem
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
 from astrid.host.telemetry import metrics, tracing
@@ -112,20 +112,6 @@ def nats_problem(url: str) -> str | None:
     if parts.scheme not in ("nats", "tls") or not parts.hostname:
         return f"{url!r}: write nats://[USER:PASSWORD@]HOST:PORT (or tls://...)"
     return None
-
-
-@dataclass(frozen=True)
-class ClusterTopics:
-    """The bus's own topics between hosts (named in the topic registry, `contract/topics.py`)."""
-
-    pattern: str  # all of them: what every host listens to
-    heartbeat: str
-    done_prefix: str  # + the asking host's id
-
-    @property
-    def ping_prefix(self) -> str:
-        """+ a host's id: is it still there? (it answers on the asker's done topic)"""
-        return self.heartbeat.rpartition(".")[0] + ".ping."
 
 
 @dataclass

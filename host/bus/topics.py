@@ -8,6 +8,7 @@ or more trailing segments.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 MAX_TOPIC_BYTES = 256
 MAX_SEGMENTS = 8
@@ -64,3 +65,17 @@ def pattern_matches(pattern: str, topic: str) -> bool:
 def is_clean_segment(value: object) -> bool:
     """Can `value` be used as one topic segment (e.g. a correlation id)?"""
     return isinstance(value, str) and len(value) <= MAX_TOPIC_BYTES and bool(_SEGMENT.fullmatch(value))
+
+
+@dataclass(frozen=True)
+class ClusterTopics:
+    """The bus's own topics between hosts (named in the topic registry, `contract/topics.py`)."""
+
+    pattern: str  # all of them: what every host listens to
+    heartbeat: str
+    done_prefix: str  # + the asking host's id
+
+    @property
+    def ping_prefix(self) -> str:
+        """+ a host's id: is it still there? (it answers on the asker's done topic)"""
+        return self.heartbeat.rpartition(".")[0] + ".ping."

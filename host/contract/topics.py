@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from astrid.host.bus import Participant, host_participant
-from astrid.host.bus.nats import ClusterTopics
+from astrid.host.bus.topics import ClusterTopics
 
 # -- the resource contract (astrid-bus:resource@1.0.0; docs/contract.md §4-§5) --
 DESCRIBE_TOPIC = "resource.v1.request.describe"
