@@ -43,14 +43,21 @@ START_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 300.0  # the first start may compile every capsule
 STOP_TIMEOUT_S = 5.0
 
-# Who may publish and subscribe where (docs/nats.md, "Trust"): the front end asks, the workers answer.
-PERMISSIONS = {
-    "mcp": (["resource.v1.request.>", "astrid.v1.host.>"], ["resource.v1.response.>", "astrid.v1.host.>", "_INBOX.>"]),
-    "capsules": (
-        ["resource.v1.response.>", "astrid.v1.host.>"],
-        ["resource.v1.request.>", "astrid.v1.host.>", "_INBOX.>"],
-    ),
-}
+ROLES = ("mcp", "capsules")
+
+
+def permissions() -> dict[str, tuple[list[str], list[str]]]:
+    """Who may publish and subscribe where (docs/nats.md, "Trust"): the front end asks, the workers
+    answer and announce resource updates; both speak the hosts' own topics. Role -> (publish, subscribe)."""
+    from astrid.host.bus.nats import subject_for  # here: the CLI's start stays light
+    from astrid.host.contract.topics import HOST_CLUSTER, RESOURCE_EVENTS, RESOURCE_REPLIES, RESOURCE_REQUESTS
+
+    requests, replies, events = (subject_for(t) for t in (RESOURCE_REQUESTS, RESOURCE_REPLIES, RESOURCE_EVENTS))
+    hosts = subject_for(HOST_CLUSTER.pattern)
+    return {
+        "mcp": ([requests, hosts], [replies, events, hosts, "_INBOX.>"]),
+        "capsules": ([replies, events, hosts], [requests, hosts, "_INBOX.>"]),
+    }
 
 
 class WorkersType(click.ParamType):
@@ -139,7 +146,7 @@ class LocalCluster:
         self.count = count
         self.capsule_dirs = [str(Path(p).expanduser().resolve()) for p in capsule_dirs]
         self.binary = nats_server_binary()  # a missing nats-server is an error before anything starts
-        self.passwords = {role: secrets.token_urlsafe(24) for role in PERMISSIONS}
+        self.passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
         self.port = 0
         self.folder: Path | None = None
         self.nats: subprocess.Popen | None = None
@@ -170,7 +177,7 @@ class LocalCluster:
 
     def _config(self) -> str:
         lines = [f"listen: 127.0.0.1:{self.port}", "authorization { users = ["]
-        for role, (publish, subscribe) in PERMISSIONS.items():
+        for role, (publish, subscribe) in permissions().items():
             pub = ", ".join(f'"{s}"' for s in publish)
             sub = ", ".join(f'"{s}"' for s in subscribe)
             lines.append(
