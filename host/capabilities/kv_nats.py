@@ -80,6 +80,11 @@ class NatsKvStore:
     def close(self) -> None:
         self._kv = None  # the connection is the bus's
 
+    def prepare(self) -> None:
+        """Find (or make) the bucket now, so no guest call pays for it inside its time bound;
+        CapabilityError naming the cause (no JetStream, no server)."""
+        self.call(lambda kv: _nothing())
+
     def call(self, make: Any) -> Any:
         """Run `make(kv)` (a coroutine) on the bus's loop; CapabilityError naming the cause."""
         from nats.js.errors import KeyWrongLastSequenceError
@@ -240,6 +245,10 @@ class NatsKvNamespace:
         for _ in range(MAX_ATTEMPTS):
             if await self._count(kv, -keys, -size, check=False):
                 return
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _entry(kv: Any, name: str) -> Any:

@@ -234,6 +234,18 @@ class CapabilityAbi:
             raise CapabilityError("capability-denied", "kv state is per principal: this call has no verified principal")
         return self._kv_store().namespace(principal, name)
 
+    def prepare_kv(self) -> None:
+        """Open the shared kv store ahead of the first call (a NATS bucket is found or made once,
+        outside any guest's time bound); a store that cannot be used is said once, here."""
+        store = self._kv_store()
+        prepare = getattr(store, "prepare", None)  # the SQLite file needs nothing ahead
+        if prepare is None:
+            return
+        try:
+            prepare()
+        except CapabilityError as exc:
+            log.warning("kv state is not available yet: %s", exc.detail or exc.code)
+
     def _kv_store(self) -> Any:
         with self._lock:
             if self._kv is None:

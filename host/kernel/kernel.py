@@ -174,7 +174,12 @@ class Kernel:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> list[LoadResult]:
-        return self.reload()
+        results = self.reload()
+        if self.config.kv_factory is not None and any(
+            slot.capsule.manifest.capabilities.kv for slot in self.capsules.values()
+        ):
+            self.abi.capabilities.prepare_kv()  # shared kv: its bucket is ready before the first call
+        return results
 
     def close(self) -> None:
         self.sandboxes.close()
