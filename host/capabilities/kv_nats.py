@@ -200,20 +200,23 @@ class NatsKvNamespace:
             _check_key(prefix)
 
         async def listing(kv: Any) -> list[str]:
-            # the namespace's subjects only, filtered by the server: never another namespace's keys
-            watcher = await kv.watch(f"v.{self._space}.>", ignore_deletes=True, meta_only=True)
+            # The stream's own count of the namespace's subjects (filtered by the server: never
+            # another namespace's), then each one's last entry: a deleted key keeps its marker.
+            # (A watcher's "initial values done" could come before the values it owed.)
+            info = await self.store.bus.jetstream().stream_info(
+                f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.v.{self._space}.>"
+            )
+            subjects = info.state.subjects or {}
+            if len(subjects) > MAX_LISTED * 2:  # markers included: past any quota, refuse before reading each
+                raise CapabilityError("too-large")
             keys: list[str] = []
-            try:
-                async for entry in watcher:
-                    if entry is None:
-                        break
-                    key = untoken(entry.key.rsplit(".", 1)[1])
-                    if key.startswith(prefix):
-                        keys.append(key)
-                        if len(keys) > MAX_LISTED:
-                            raise CapabilityError("too-large")
-            finally:
-                await watcher.stop()
+            for subject in subjects:
+                name = subject.removeprefix(f"$KV.{BUCKET}.")
+                key = untoken(name.rsplit(".", 1)[1])
+                if key.startswith(prefix) and await _entry(kv, name) is not None:
+                    keys.append(key)
+                    if len(keys) > MAX_LISTED:
+                        raise CapabilityError("too-large")
             return sorted(keys)
 
         return self.store.call(listing)
@@ -253,11 +256,11 @@ async def _nothing() -> None:
 
 async def _entry(kv: Any, name: str) -> Any:
     """The live entry of `name`, or None (absent or deleted)."""
-    from nats.js.errors import KeyNotFoundError
+    from nats.js.errors import NotFoundError
 
     try:
         return await kv.get(name)
-    except KeyNotFoundError:
+    except NotFoundError:  # absent, or deleted (its marker)
         return None
 
 

@@ -72,8 +72,10 @@ async def test_a_replica_killed_mid_flood_loses_no_read_and_the_list_does_not_ch
                 doomed.send_signal(signal.SIGKILL)  # mid-flood, no goodbye
             assert failures == [], failures
             assert len(texts) > 6 and set(texts) == {"slow but here"}
-            # the kill caught reads mid-way (so the retry, not luck, saved them)
-            assert "stopped answering mid-request; retrying elsewhere" in (tmp_path / "mcp.log").read_text()
+            # the kill caught reads mid-way (so the retry, not luck, saved them): found by the unanswered
+            # ping, or, on a starved machine, first by the missed heartbeat (which retries its claims too)
+            said = (tmp_path / "mcp.log").read_text()
+            assert "stopped answering mid-request; retrying elsewhere" in said or "stopped its heartbeat" in said
             await anyio.sleep(5)  # past the heartbeat timeout of the killed replica
             assert len(changed_notifications(served)) == before  # one replica fewer: no list_changed
             assert await served.text(SLOW) == "slow but here"
