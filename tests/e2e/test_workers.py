@@ -126,7 +126,7 @@ def test_serve_stopped_by_a_signal_leaves_no_child(capsules, capsule_home, tmp_p
         process.wait(30)
         # Stopped in order, serve has reaped its children before exiting; after SIGKILL the kernel's
         # signal to them (Linux) takes them down shortly after.
-        assert all_gone(children, within_s=15 if signum == signal.SIGKILL else 0.5) == [], log.read_text()
+        assert all_gone(children, within_s=15 if signum == signal.SIGKILL else 5) == [], log.read_text()
     finally:
         if process.poll() is None:
             process.kill()
