@@ -64,19 +64,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities", "identity"},
     "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "identity"},
     "identity": {"bus", "contract", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
-    "telemetry": {
-        "bus",
-        "contract",
-        "kernel",
-        "broker",
-        "mcp",
-        "build",
-        "runtime",
-        "watch",
-        "auth",
-        "capabilities",
-        "identity",
-    },
+    "telemetry": set(LAYERS) - {"telemetry"},
     **{
         foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths", "owner_file")
     },

@@ -65,6 +65,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
@@ -257,12 +258,20 @@ class Broker:
         return messages, delivery.receivers, finished
 
     def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
-        with tracing.span("broker.describe") as span:
-            result, receivers, finished = self._describe_fan_out(principal)
-            metrics.broker_round("describe", finished)
+        result, receivers = self._observed_round("describe", self._describe_fan_out, principal, "resources")
+        return result, receivers
+
+    def _observed_round(
+        self, kind: str, fan_out: Callable[[Principal], Any], principal: Principal, items: str
+    ) -> tuple[Any, int]:
+        """One describe or templates round in its span (`broker.<kind>`, with how many `items` it
+        found), counted by how it finished."""
+        with tracing.span(f"broker.{kind}") as span:
+            result, receivers, finished = fan_out(principal)
+            metrics.broker_round(kind, finished)
             if span:
                 _round_attributes(span, principal, receivers, len(result.replied), finished)
-                span.set_attribute("astrid.resources", len(result.resources))
+                span.set_attribute(f"astrid.{items}", len(getattr(result, items)))
         return result, receivers
 
     def _describe_fan_out(self, principal: Principal) -> tuple[RoundResult, int, bool]:
@@ -354,12 +363,7 @@ class Broker:
         return snapshot
 
     def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
-        with tracing.span("broker.templates") as span:
-            result, receivers, finished = self._templates_fan_out(principal)
-            metrics.broker_round("templates", finished)
-            if span:
-                _round_attributes(span, principal, receivers, len(result.replied), finished)
-                span.set_attribute("astrid.templates", len(result.templates))
+        result, receivers = self._observed_round("templates", self._templates_fan_out, principal, "templates")
         return result, receivers
 
     def _templates_fan_out(self, principal: Principal) -> tuple[TemplatesResult, int, bool]:
