@@ -7,8 +7,8 @@ that reach it over the bus (docs/nats.md).
 from __future__ import annotations
 
 import json
+import os
 import signal
-import threading
 from pathlib import Path
 
 import click
@@ -16,8 +16,11 @@ import click
 from astrid.cli import output
 from astrid.cli.errors import UserError
 from astrid.cli.main import cli
-from astrid.cli.mcp_cmd import BusOptions, bus_options, capsules_option, resolve_capsule_paths
+from astrid.cli.mcp_cmd import INTERRUPTED_EXIT, BusOptions, bus_options, capsules_option, resolve_capsule_paths
 from astrid.cli.observe import Observability, observability_options
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @cli.group()
@@ -88,16 +91,39 @@ def host_run(
         shown = bus_url.split("@")[-1]
         output.say(f"hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}")
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        stop.wait()
+        _wait_for_a_stop_signal()
     finally:
         if watcher is not None:
             watcher.stop()
         forget_gauges()
         kernel.close()
         observing.close()
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Until SIGINT or SIGTERM; after it, a second one exits at once (a stop that hangs can be cut short).
+
+    The handler only writes a byte to a pipe: a handler that takes a lock (`Event.set`) deadlocks
+    when a second signal lands while the first still holds it, and the stop then never happens."""
+    woken, wake = os.pipe()
+    if hasattr(os, "set_blocking"):  # POSIX (a Windows pipe holds the one byte anyway)
+        os.set_blocking(wake, False)
+
+    def again(signum, frame) -> None:
+        os.write(2, b"astrid: stopped at once\n")  # the fd itself: never a lock sys.stderr may hold
+        os._exit(INTERRUPTED_EXIT)
+
+    def first(signum, frame) -> None:
+        for stopping in STOP_SIGNALS:
+            signal.signal(stopping, again)
+        try:
+            os.write(wake, b"x")
+        except OSError:  # the pipe is full: the byte it holds wakes the reader anyway
+            pass
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, first)
+    os.read(woken, 1)  # a signal interrupts the read, runs `first`, and the read then returns its byte
 
 
 @host.command("nats-permissions")

@@ -7,16 +7,17 @@ spread the requests), and the MCP front end joins them over NATS.
 
 Who can reach them: the nats-server listens on 127.0.0.1 only and accepts two
 users with random passwords, each held to its role's subjects. The config
-file holding them is readable by this user only (0600, in a 0700 folder
-removed at exit); the workers get their URL in their environment
-(`ASTRID_BUS`, readable by this user only), never on their command line
-(every local user can read that, `ps`). The workers keep kv state in the
+file holding them is readable by this user only (0600, in a 0700 folder) and
+removed as soon as nats-server listens. The workers get their URL in their
+environment (`ASTRID_BUS`, readable by this user only), never on their
+command line (every local user can read that, `ps`). The workers keep kv state in the
 SQLite file of one process (shared by them, quotas atomic across processes,
 kept across restarts), so nothing goes through JetStream.
 
 Stopping: on any exit of serve (end of input, SIGTERM, Ctrl-C) the workers
 get SIGTERM, then the nats-server; on Linux each child also gets SIGTERM from
 the kernel when serve dies without cleaning up (SIGKILL), so none outlives it.
+A worker stops in order on its first SIGTERM and at once on a second.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import click
@@ -132,11 +134,38 @@ def _die_with_parent():
 def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
+    _wait_or_kill(process)
+
+
+def _wait_or_kill(process: subprocess.Popen) -> None:
+    """Wait for a process told to stop; kill it when it takes too long."""
     try:
         process.wait(STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(STOP_TIMEOUT_S)
+
+
+def write_private(path: Path, text: str) -> Path:
+    """A new file only this user can read (0600): it holds passwords."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+    return path
+
+
+def _last_lines(process: subprocess.Popen, keep: int = 20) -> deque[str]:
+    """The last lines `process` wrote on stderr, drained by a thread for its whole life (a full pipe would
+    block it); the reason it gives when it fails to start is the last one."""
+    lines: deque[str] = deque(maxlen=keep)
+
+    def drain() -> None:
+        assert process.stderr is not None
+        for raw in iter(process.stderr.readline, b""):
+            lines.append(raw.decode("utf-8", errors="replace").strip())
+
+    threading.Thread(target=drain, name="astrid-nats-server-log", daemon=True).start()
+    return lines
 
 
 class LocalCluster:
@@ -148,7 +177,6 @@ class LocalCluster:
         self.binary = nats_server_binary()  # a missing nats-server is an error before anything starts
         self.passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
         self.port = 0
-        self.folder: Path | None = None
         self.nats: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
         self._ready: list[threading.Event] = []
@@ -167,7 +195,6 @@ class LocalCluster:
     def start(self) -> None:
         """Start nats-server (waits until it listens) and the workers (does not wait for them)."""
         try:
-            self.folder = Path(tempfile.mkdtemp(prefix="astrid-workers-"))  # 0700
             self._start_nats()
             for number in range(1, self.count + 1):
                 self._start_worker(number)
@@ -187,27 +214,29 @@ class LocalCluster:
         return "\n".join([*lines, "] }", ""])
 
     def _start_nats(self) -> None:
-        assert self.folder is not None
-        config, log = self.folder / "nats.conf", self.folder / "nats.log"
         for _attempt in range(3):  # another process may take the free port first
             self.port = _free_port()
-            config.unlink(missing_ok=True)
-            descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the passwords: ours only
-            with os.fdopen(descriptor, "w") as out:
-                out.write(self._config())
-            with log.open("w") as errors:
+            folder = Path(tempfile.mkdtemp(prefix="astrid-workers-"))  # 0700
+            try:
+                config = write_private(folder / "nats.conf", self._config())
                 self.nats = subprocess.Popen(
                     [self.binary, "-c", str(config)],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
-                    stderr=errors,
+                    stderr=subprocess.PIPE,
                     preexec_fn=_die_with_parent(),  # only prctl runs in the child
                     start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
                 )
-            if self._listening(self.nats):
+                said = _last_lines(self.nats)
+                listening = self._listening(self.nats)
+            finally:
+                # nats-server read its config before it listens: the passwords stay on disk only while it
+                # starts, and a serve killed later (SIGKILL: no clean-up) leaves none behind.
+                shutil.rmtree(folder, ignore_errors=True)
+            if listening:
                 return
             _stop(self.nats)
-        last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+        last = (list(said) or ["no output"])[-1]
         raise UserError(f"--workers: nats-server did not start on 127.0.0.1 ({last})")
 
     def _listening(self, process: subprocess.Popen) -> bool:
@@ -270,19 +299,16 @@ class LocalCluster:
     # -- stop --------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop the workers (they say goodbye on the bus), then nats-server; remove the folder. Idempotent."""
+        """Stop the workers (they say goodbye on the bus), then nats-server. Idempotent."""
         with self._lock:
             self._stopping = True
-            for process in self.workers:
+            for process in self.workers:  # all at once: they stop in parallel
                 if process.poll() is None:
                     process.terminate()
-            for process in self.workers:
-                _stop(process)
+            for process in self.workers:  # one SIGTERM each: a second one means "exit at once"
+                _wait_or_kill(process)
             if self.nats is not None:
                 _stop(self.nats)
-            if self.folder is not None:
-                shutil.rmtree(self.folder, ignore_errors=True)
-                self.folder = None
 
     def banner(self) -> str:
         pids = ", ".join(str(p.pid) for p in self.workers)
