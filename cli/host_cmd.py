@@ -19,7 +19,6 @@ from astrid.cli.main import cli
 from astrid.cli.mcp_cmd import INTERRUPTED_EXIT, BusOptions, bus_options, capsules_option, resolve_capsule_paths
 from astrid.cli.observe import Observability, observability_options
 
-
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
