@@ -154,9 +154,9 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
-def _last_lines(process: subprocess.Popen, keep: int = 20) -> deque[str]:
-    """The last lines `process` wrote on stderr, drained by a thread for its whole life (a full pipe would
-    block it); the reason it gives when it fails to start is the last one."""
+def _last_lines(process: subprocess.Popen, keep: int = 20) -> tuple[deque[str], threading.Thread]:
+    """The last lines `process` writes on stderr, and the thread draining them for its whole life (a full
+    pipe would block it; joined, it has read them all); the reason a failed start gives is the last one."""
     lines: deque[str] = deque(maxlen=keep)
 
     def drain() -> None:
@@ -164,8 +164,9 @@ def _last_lines(process: subprocess.Popen, keep: int = 20) -> deque[str]:
         for raw in iter(process.stderr.readline, b""):
             lines.append(raw.decode("utf-8", errors="replace").strip())
 
-    threading.Thread(target=drain, name="astrid-nats-server-log", daemon=True).start()
-    return lines
+    drainer = threading.Thread(target=drain, name="astrid-nats-server-log", daemon=True)
+    drainer.start()
+    return lines, drainer
 
 
 class LocalCluster:
@@ -227,7 +228,7 @@ class LocalCluster:
                     preexec_fn=_die_with_parent(),  # only prctl runs in the child
                     start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
                 )
-                said = _last_lines(self.nats)
+                said, drainer = _last_lines(self.nats)
                 listening = self._listening(self.nats)
             finally:
                 # nats-server read its config before it listens: the passwords stay on disk only while it
@@ -236,6 +237,7 @@ class LocalCluster:
             if listening:
                 return
             _stop(self.nats)
+            drainer.join(1)  # its last words
         last = (list(said) or ["no output"])[-1]
         raise UserError(f"--workers: nats-server did not start on 127.0.0.1 ({last})")
 
