@@ -42,6 +42,20 @@ def two_front_ends(url: str, capsule_home: Path, tmp_path: Path) -> Iterator[tup
         yield fronts[0], fronts[1]
 
 
+@contextmanager
+def capsules_behind_two_front_ends(
+    capsules, names: tuple[str, ...], capsule_home: Path, tmp_path: Path
+) -> Iterator[tuple[str, HttpServer, HttpServer, str]]:
+    """A nats-server, a capsule host for each capsule of `names`, and front ends A and B on it: yields the
+    bus URL, A, B, and a token of alice's that both accept."""
+    with nats_server(tmp_path) as server, ExitStack() as stack:
+        url = server.url()
+        for name in names:
+            stack.enter_context(capsule_host(url, capsules[name], capsule_home, tmp_path / f"{name}-host.log"))
+        a, b = stack.enter_context(two_front_ends(url, capsule_home, tmp_path))
+        yield url, a, b, same_token_on_both(a, b, "alice")
+
+
 def same_token_on_both(a: HttpServer, b: HttpServer, name: str) -> str:
     """One static token for principal `name`, accepted by both front ends (one tokens file, as a shared
     config dir would give them)."""
@@ -78,59 +92,46 @@ async def eventually_both_list(fronts: tuple[HttpServer, HttpServer], token: str
 async def test_two_front_ends_answer_the_same_principals_stateless_requests_with_the_same_content(
     capsules, capsule_home, tmp_path
 ) -> None:
-    with nats_server(tmp_path) as server:
-        url = server.url()
-        with (
-            capsule_host(url, capsules["probe"], capsule_home, tmp_path / "probe-host.log"),
-            capsule_host(url, capsules["docs"], capsule_home, tmp_path / "docs-host.log"),
-            two_front_ends(url, capsule_home, tmp_path) as (a, b),
-        ):
-            token = same_token_on_both(a, b, "alice")
-            await eventually_both_list((a, b), token, {PROBE_NOTE, DOCS_URI})
-            with anyio.fail_after(60):
-                views = [await stateless_view(front.url, token) for front in (a, b, b, a)]
-            assert all(view == views[0] for view in views), views
-            uris, note, index = views[0]
-            assert {PROBE_NOTE, DOCS_URI} <= set(uris)
-            assert note == "the private note of alice"
-            assert "astrid" in index.lower()
+    with capsules_behind_two_front_ends(capsules, ("probe", "docs"), capsule_home, tmp_path) as (url, a, b, token):
+        await eventually_both_list((a, b), token, {PROBE_NOTE, DOCS_URI})
+        with anyio.fail_after(60):
+            views = [await stateless_view(front.url, token) for front in (a, b, b, a)]
+        assert all(view == views[0] for view in views), views
+        uris, note, index = views[0]
+        assert {PROBE_NOTE, DOCS_URI} <= set(uris)
+        assert note == "the private note of alice"
+        assert "astrid" in index.lower()
 
 
 async def test_a_2025_11_25_session_stays_with_the_front_end_that_made_it(capsules, capsule_home, tmp_path) -> None:
-    with nats_server(tmp_path) as server:
-        url = server.url()
-        with (
-            capsule_host(url, capsules["probe"], capsule_home, tmp_path / "probe-host.log"),
-            two_front_ends(url, capsule_home, tmp_path) as (a, b),
-        ):
-            token = same_token_on_both(a, b, "alice")
-            headers = {
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/json, text/event-stream",
-                "Content-Type": "application/json",
-            }
-            initialize = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "sticky", "version": "0"},
-                },
-            }
-            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-            async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-                made = await http.post(a.url, json=initialize)
-                assert made.status_code == 200, made.text
-                session_id = made.headers["mcp-session-id"]
-                session = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
-                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-                assert (await http.post(a.url, json=initialized, headers=session)).status_code == 202
-                assert (await http.post(a.url, json=ping, headers=session)).status_code == 200
-                elsewhere = await http.post(b.url, json=ping, headers=session)
-                assert elsewhere.status_code == 404, elsewhere.text  # B never made it: route by Mcp-Session-Id
-                assert (await http.post(a.url, json=ping, headers=session)).status_code == 200
+    with capsules_behind_two_front_ends(capsules, ("probe",), capsule_home, tmp_path) as (url, a, b, token):
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        }
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "sticky", "version": "0"},
+            },
+        }
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            made = await http.post(a.url, json=initialize)
+            assert made.status_code == 200, made.text
+            session_id = made.headers["mcp-session-id"]
+            session = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(a.url, json=initialized, headers=session)).status_code == 202
+            assert (await http.post(a.url, json=ping, headers=session)).status_code == 200
+            elsewhere = await http.post(b.url, json=ping, headers=session)
+            assert elsewhere.status_code == 404, elsewhere.text  # B never made it: route by Mcp-Session-Id
+            assert (await http.post(a.url, json=ping, headers=session)).status_code == 200
 
 
 async def test_list_changed_reaches_the_sessions_of_every_front_end(capsules, capsule_home, tmp_path) -> None:
@@ -145,30 +146,24 @@ async def test_list_changed_reaches_the_sessions_of_every_front_end(capsules, ca
 
         return handler
 
-    with nats_server(tmp_path) as server:
-        url = server.url()
-        with (
-            capsule_host(url, capsules["probe"], capsule_home, tmp_path / "probe-host.log"),
-            two_front_ends(url, capsule_home, tmp_path) as (a, b),
+    with capsules_behind_two_front_ends(capsules, ("probe",), capsule_home, tmp_path) as (url, a, b, token):
+        await eventually_both_list((a, b), token, {PROBE_NOTE})
+        async with (
+            http_session(a.url, token, message_handler=on_list_changed("a")) as on_a,
+            http_session(b.url, token, message_handler=on_list_changed("b")) as on_b,
         ):
-            token = same_token_on_both(a, b, "alice")
-            await eventually_both_list((a, b), token, {PROBE_NOTE})
-            async with (
-                http_session(a.url, token, message_handler=on_list_changed("a")) as on_a,
-                http_session(b.url, token, message_handler=on_list_changed("b")) as on_b,
-            ):
-                for session in (on_a, on_b):  # each session knows its list before the change
-                    assert DOCS_URI not in {r.uri for r in (await session.list_resources()).resources}
-                with capsule_host(url, capsules["docs"], capsule_home, tmp_path / "docs-host.log"):
-                    with anyio.fail_after(30):  # a second capsule host joins: both front ends' sessions hear it
-                        await heard["a"].wait()
-                        await heard["b"].wait()
-                    for session in (on_a, on_b):
-                        assert DOCS_URI in {r.uri for r in (await session.list_resources()).resources}
-                    heard.update(a=anyio.Event(), b=anyio.Event())
-                with anyio.fail_after(30):  # and leaves: again on both
+            for session in (on_a, on_b):  # each session knows its list before the change
+                assert DOCS_URI not in {r.uri for r in (await session.list_resources()).resources}
+            with capsule_host(url, capsules["docs"], capsule_home, tmp_path / "docs-host.log"):
+                with anyio.fail_after(30):  # a second capsule host joins: both front ends' sessions hear it
                     await heard["a"].wait()
                     await heard["b"].wait()
                 for session in (on_a, on_b):
-                    assert DOCS_URI not in {r.uri for r in (await session.list_resources()).resources}
+                    assert DOCS_URI in {r.uri for r in (await session.list_resources()).resources}
+                heard.update(a=anyio.Event(), b=anyio.Event())
+            with anyio.fail_after(30):  # and leaves: again on both
+                await heard["a"].wait()
+                await heard["b"].wait()
+            for session in (on_a, on_b):
+                assert DOCS_URI not in {r.uri for r in (await session.list_resources()).resources}
     assert counts["a"] >= 2 and counts["b"] >= 2

@@ -181,20 +181,25 @@ def test_the_nats_config_is_private_while_it_exists(tmp_path: Path) -> None:
         write_private(config, "again")
 
 
+def serve_with_nats_server(binary: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`astrid mcp serve ARGS...` with $ASTRID_NATS_SERVER=binary and no input, run to its end."""
+    return subprocess.run(
+        [astrid_exe(), "mcp", "serve", *args],
+        env={**os.environ, "ASTRID_NATS_SERVER": str(binary), **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_a_nats_server_that_fails_to_start_is_one_line_with_its_reason(tmp_path: Path) -> None:
     failing = tmp_path / "nats-server"
     failing.write_text("#!/bin/sh\necho 'starting' >&2\necho '[FTL] cannot listen here' >&2\nexit 1\n")
     failing.chmod(0o755)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    started = subprocess.run(
-        [astrid_exe(), "mcp", "serve", "--workers", "1", "--no-watch"],
-        env={**os.environ, "ASTRID_NATS_SERVER": str(failing), "TMPDIR": str(temporary)},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    started = serve_with_nats_server(failing, "--workers", "1", "--no-watch", TMPDIR=str(temporary))
     assert started.returncode != 0
     assert started.stderr.strip().splitlines()[-1] == (
         "error: --workers: nats-server did not start on 127.0.0.1 ([FTL] cannot listen here)"
@@ -203,14 +208,7 @@ def test_a_nats_server_that_fails_to_start_is_one_line_with_its_reason(tmp_path:
 
 
 def test_workers_errors_are_one_line(tmp_path: Path) -> None:
-    missing = subprocess.run(
-        [astrid_exe(), "mcp", "serve", "--workers", "2"],
-        env={**os.environ, "ASTRID_NATS_SERVER": str(tmp_path / "no-nats-server")},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    missing = serve_with_nats_server(tmp_path / "no-nats-server", "--workers", "2")
     assert missing.returncode != 0
     assert missing.stderr.strip().splitlines()[-1] == (
         f"error: --workers: $ASTRID_NATS_SERVER={tmp_path / 'no-nats-server'}: not an executable nats-server"
