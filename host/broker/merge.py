@@ -20,8 +20,9 @@ entry is validated, what its key is, the limits, and the words of the logs.
 
 from __future__ import annotations
 
-import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
-from astrid.host.contract._base import strip_bad_meta
+from astrid.host.contract._base import without_bad_meta
 from astrid.host.limits import Limits
 
 log = logging.getLogger("astrid.host.broker")
@@ -101,49 +102,46 @@ def _accepted(
     authority: UriAuthority,
     names: CapsuleNames,
 ) -> dict[str, Item] | None:
-    """The entries of one reply by key, or None when the whole reply is dropped."""
+    """The entries of one reply by key, or None when the whole reply is dropped.
+
+    The capsule's name is looked up only for a log line: most replies log nothing."""
     source = message.source_id
-    who = names.label(source)
     if message.principal != principal:
         merged.dropped_replies += 1
         log.warning(
             "%s reply from %s dropped: attributed to %s, not to the invoking principal %s",
             kind.round,
-            who,
+            names.label(source),
             message.principal,
             principal,
         )
         return None
     if source in seen:
         merged.dropped_replies += 1
-        log.warning("second %s reply from %s in one round dropped (principal %s)", kind.round, who, principal)
-        return None
-    seen.add(source)
-    entries = _entries(message.payload, kind.array)
-    if isinstance(entries, str):
-        merged.dropped_replies += 1
-        log.warning("%s reply from %s dropped: %s", kind.round, who, entries)
-        return None
-    if len(entries) > kind.per_reply(limits):
-        merged.dropped_replies += 1
         log.warning(
-            "%s reply from %s dropped: %d %s, more than the limit of %d",
-            kind.round,
-            who,
-            len(entries),
-            kind.array,
-            kind.per_reply(limits),
+            "second %s reply from %s in one round dropped (principal %s)", kind.round, names.label(source), principal
         )
         return None
+    seen.add(source)
+    checked = CHECKED_REPLIES.checked(kind, message, limits)
+    if isinstance(checked, str):
+        merged.dropped_replies += 1
+        log.warning("%s reply from %s dropped: %s", kind.round, names.label(source), checked)
+        return None
     accepted: dict[str, Item] = {}
-    context = {"limits": limits}
-    for index, entry in enumerate(entries):
-        entry = strip_bad_meta(entry, limits, f"{kind.round} reply from {who}, entry {index}")
-        try:
-            item = kind.validate(entry, context)
-        except ValidationError as exc:
+    for index, entry in enumerate(checked):
+        if entry.meta_dropped is not None:
+            log.warning(
+                "%s reply from %s, entry %d: meta dropped: %s",
+                kind.round,
+                names.label(source),
+                index,
+                entry.meta_dropped,
+            )
+        item = entry.item
+        if item is None:
             merged.dropped_entries += 1
-            log.warning("%s reply from %s: entry %d dropped: %s", kind.round, who, index, _first_error(exc))
+            log.warning("%s reply from %s: entry %d dropped: %s", kind.round, names.label(source), index, entry.error)
             continue
         key = kind.key(item)
         if not kind.authorized(authority, source, item):
@@ -151,7 +149,7 @@ def _accepted(
             audit.warning(
                 "%s reply from %s: %s=%s dropped: outside the URI namespaces its capsule may serve (principal %s)",
                 kind.round,
-                who,
+                names.label(source),
                 kind.key_name,
                 key,
                 principal,
@@ -160,7 +158,11 @@ def _accepted(
         if key in accepted:
             merged.dropped_entries += 1
             log.warning(
-                "%s reply from %s %s %s twice; the first entry is kept", kind.round, who, kind.listed_twice, key
+                "%s reply from %s %s %s twice; the first entry is kept",
+                kind.round,
+                names.label(source),
+                kind.listed_twice,
+                key,
             )
             continue
         accepted[key] = item
@@ -184,6 +186,8 @@ def _dedup(
                 chosen[key] = item
                 continue
             merged.collisions.append((key, winner, source))
+            if not audit.isEnabledFor(logging.WARNING):
+                continue
             shown_winner, shown_loser = names.labels(winner, source)
             audit.warning(
                 "%s: %s=%s principal=%s winner=%s loser=%s (the lexicographically first source-id wins)",
@@ -215,18 +219,83 @@ def _cap(kind: FanOut[Item], principal: Principal, ordered: list[Item], limits: 
     merged.items = ordered
 
 
-def _entries(payload: str, array: str) -> list[object] | str:
-    """The raw array of a reply, or why the reply is unusable."""
-    try:
-        data = json.loads(payload)
-    except (ValueError, RecursionError):
-        return "not JSON"
+@dataclass(frozen=True)
+class CheckedEntry(Generic[Item]):
+    """One entry of a reply, checked: its item, else why it was dropped; and why its meta was, if it was."""
+
+    item: Item | None
+    error: str | None = None
+    meta_dropped: str | None = None
+
+
+def check_reply(kind: FanOut[Item], data: object, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
+    """A reply's entries, each validated, or why the whole reply is unusable. A pure function of its input."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    entries = data.get(array)
+    entries = data.get(kind.array)
     if not isinstance(entries, list):
-        return f"no `{array}` array"
-    return entries
+        return f"no `{kind.array}` array"
+    if len(entries) > kind.per_reply(limits):
+        return f"{len(entries)} {kind.array}, more than the limit of {kind.per_reply(limits)}"
+    context = {"limits": limits}
+    checked: list[CheckedEntry[Item]] = []
+    for entry in entries:
+        entry, meta_dropped = without_bad_meta(entry, limits)
+        try:
+            checked.append(CheckedEntry(kind.validate(entry, context), meta_dropped=meta_dropped))
+        except ValidationError as exc:
+            checked.append(CheckedEntry(None, _first_error(exc), meta_dropped))
+    return tuple(checked)
+
+
+class CheckedReplies:
+    """Replies already checked, by their exact text.
+
+    A reply that is the same for every principal (a static describe, a
+    capsule whose list does not change) is parsed and validated once, not
+    once per principal: checking is a pure function of (kind, limits, text),
+    and its items are frozen. What depends on the round (the principal, the
+    URI authority, the log lines naming the capsule) is applied every time.
+    Bounded in replies and in characters, least recently used out first."""
+
+    def __init__(self, max_replies: int = 512, max_chars: int = 4 * 1024 * 1024, max_reply_chars: int = 64 * 1024):
+        self._max_replies = max_replies
+        self._max_chars = max_chars
+        self._max_reply_chars = max_reply_chars  # a bigger reply is checked every time, never kept
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, Limits, str], tuple[CheckedEntry[Any], ...] | str] = OrderedDict()
+        self._chars = 0
+
+    def checked(self, kind: FanOut[Item], message: Message, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
+        payload = message.payload
+        if len(payload) > self._max_reply_chars:
+            return self._check(kind, message, limits)
+        key = (kind.array, limits, payload)
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return kept
+        checked = self._check(kind, message, limits)
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = checked
+                self._chars += len(payload)
+            while len(self._kept) > self._max_replies or self._chars > self._max_chars:
+                (_, _, dropped), _ = self._kept.popitem(last=False)
+                self._chars -= len(dropped)
+        return checked
+
+    @staticmethod
+    def _check(kind: FanOut[Item], message: Message, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
+        try:
+            data = message.parsed()
+        except (ValueError, RecursionError):
+            return "not JSON"
+        return check_reply(kind, data, limits)
+
+
+CHECKED_REPLIES = CheckedReplies()
 
 
 def _first_error(exc: ValidationError) -> str:

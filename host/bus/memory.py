@@ -30,6 +30,7 @@ QUEUE_CAPACITY = 1024
 # A backstop across all of a participant's instances (one per principal); the
 # host ABI caps each capsule instance at 128 live subscriptions.
 MAX_SUBSCRIPTIONS_PER_SOURCE = 8192
+MAX_TOPICS_REMEMBERED = 4096  # the topic -> bindings lookup; emptied when full
 
 
 class InMemorySubscription:
@@ -169,6 +170,10 @@ class InMemoryBus:
         self._lock = threading.Lock()
         self._subscriptions: list[InMemorySubscription] = []
         self._bindings: list[Binding] = []
+        # The bindings each topic reaches, in binding order: a publish looks them up instead of
+        # matching every pattern (bindings change only at load). Emptied on every change, and when
+        # full (capsules may publish on topics of their own).
+        self._bindings_for: dict[str, list[Binding]] = {}
         self._seq = itertools.count(1)
         self.stats = BusStats()
 
@@ -187,7 +192,7 @@ class InMemoryBus:
         with self._lock:
             self.stats.published += 1  # every message this bus delivered
             subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
-            bindings = [b for b in self._bindings if pattern_matches(b.pattern, message.topic)]
+            bindings = self._bindings_reaching(message.topic)
         if only is not None:
             subscriptions = [s for s in subscriptions if only(s.owner.source_id)]
             bindings = [b for b in bindings if only(b.owner.source_id)]
@@ -202,11 +207,20 @@ class InMemoryBus:
             self.dispatcher.dispatch(runs, delivery)
         return delivery
 
+    def _bindings_reaching(self, topic: str) -> list[Binding]:
+        """The bindings whose pattern matches `topic` (call with the lock held; never change the list)."""
+        bindings = self._bindings_for.get(topic)
+        if bindings is None:
+            if len(self._bindings_for) >= MAX_TOPICS_REMEMBERED:
+                self._bindings_for.clear()
+            bindings = self._bindings_for[topic] = [b for b in self._bindings if pattern_matches(b.pattern, topic)]
+        return bindings
+
     def _would_reach(self, topic: str, only: Callable[[str], bool] | None = None) -> bool:
         """Would `_deliver` hand a message on `topic` to anyone here (before the per-message checks)?"""
         with self._lock:
             owners = [s.owner for s in self._subscriptions if pattern_matches(s.pattern, topic)]
-            owners += [b.owner for b in self._bindings if pattern_matches(b.pattern, topic)]
+            owners += [b.owner for b in self._bindings_reaching(topic)]
         return any(only is None or only(owner.source_id) for owner in owners)
 
     def _check_publish(self, sender: Participant, topic: str, payload: str) -> object:
@@ -278,6 +292,7 @@ class InMemoryBus:
                 self._bindings if replacing is None else [b for b in self._bindings if b.owner.source_id != replacing]
             )
             self._bindings = kept + bindings
+            self._bindings_for = {}
             doomed = [] if replacing is None else [s for s in self._subscriptions if s.owner.source_id == replacing]
         for subscription in doomed:
             subscription.close()

@@ -7,6 +7,7 @@ or more trailing segments.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -19,9 +20,16 @@ _SEGMENT = re.compile(r"[a-z0-9_-]+")
 
 def topic_problem(topic: object, *, pattern: bool = False) -> str | None:
     """Why `topic` is not a valid topic (or pattern), or None when it is."""
-    kind = "pattern" if pattern else "topic"
     if not isinstance(topic, str):
-        return f"{kind} must be a string"
+        return f"{'pattern' if pattern else 'topic'} must be a string"
+    if len(topic) > MAX_TOPIC_BYTES:  # at least as many bytes as characters; never kept below
+        return f"{'pattern' if pattern else 'topic'} is longer than {MAX_TOPIC_BYTES} bytes"
+    return _short_string_problem(topic, pattern)
+
+
+@functools.lru_cache(maxsize=4096)  # every publish checks its topic; most topics recur
+def _short_string_problem(topic: str, pattern: bool) -> str | None:
+    kind = "pattern" if pattern else "topic"
     if not topic:
         return f"{kind} is empty"
     if len(topic.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:

@@ -97,11 +97,18 @@ def strip_bad_meta(record: dict[str, Any], limits: Limits, where: str) -> dict[s
 def strip_bad_meta(record: object, limits: Limits, where: str) -> object: ...
 def strip_bad_meta(record: object, limits: Limits, where: str) -> object:
     """docs/contract.md §7: a `meta` over the cap or not encoding a JSON object loses the field, not the record."""
+    record, problem = without_bad_meta(record, limits)
+    if problem is not None:
+        log.warning("%s: meta dropped: %s", where, problem)
+    return record
+
+
+def without_bad_meta(record: object, limits: Limits) -> tuple[object, str | None]:
+    """`strip_bad_meta` without its log line: (the record, why its meta was dropped or None)."""
     if not isinstance(record, dict) or not isinstance(record.get("meta"), str):
-        return record
+        return record, None
     try:
         check_meta(record["meta"], limits.meta_bytes)
     except ValueError as exc:
-        log.warning("%s: meta dropped: %s", where, exc)
-        return {key: value for key, value in record.items() if key != "meta"}
-    return record
+        return {key: value for key, value in record.items() if key != "meta"}, str(exc)
+    return record, None
