@@ -61,26 +61,40 @@ class CompileCache:
 
     def entry_for(self, wasm_path: Path) -> Path:
         """Where the compiled form of the component at `wasm_path` is cached."""
-        return self.entry_path(hashlib.sha256(Path(wasm_path).read_bytes()).hexdigest())
+        return self.entry_path(file_sha256(wasm_path))
 
     def load(self, wasm_path: Path) -> LoadedComponent:
         """The component for `wasm_path`, from the cache when possible."""
         started = time.perf_counter()
-        wasm = Path(wasm_path).read_bytes()
-        wasm_sha = hashlib.sha256(wasm).hexdigest()
+        # A hit needs only the digest, hashed as the file streams in: a warm start never holds the whole file.
+        wasm_sha = file_sha256(wasm_path)
         entry = self.entry_path(wasm_sha)
         # Capsules load in parallel and may share a component: one compiles,
         # the others wait and then find it in the cache.
         with _entry_lock(entry):
-            if self._trusted(entry):
-                try:
-                    component = Component.deserialize_file(self.wasm_engine.engine, str(entry))
-                    return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
-                except wasmtime.WasmtimeError as exc:
-                    log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, last_line(exc))
-                    self.seal.discard(entry)
-            component = self._compile_and_store(wasm, entry)
-        return LoadedComponent(component, wasm_sha, False, time.perf_counter() - started)
+            component = self._cached(entry)
+        if component is None:
+            # A miss compiles the bytes read now, named by their own digest (the file may have changed since).
+            wasm = Path(wasm_path).read_bytes()
+            wasm_sha = hashlib.sha256(wasm).hexdigest()
+            entry = self.entry_path(wasm_sha)
+            with _entry_lock(entry):
+                component = self._cached(entry)  # another load may have compiled it meanwhile
+                if component is None:
+                    compiled = self._compile_and_store(wasm, entry)
+                    return LoadedComponent(compiled, wasm_sha, False, time.perf_counter() - started)
+        return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
+
+    def _cached(self, entry: Path) -> Component | None:
+        """The sealed entry, deserialized; None (and the entry gone) when it is missing or unusable."""
+        if not self._trusted(entry):
+            return None
+        try:
+            return Component.deserialize_file(self.wasm_engine.engine, str(entry))
+        except wasmtime.WasmtimeError as exc:
+            log.warning("compile cache entry %s is unusable (%s); recompiling", entry.name, last_line(exc))
+            self.seal.discard(entry)
+            return None
 
     def precompile(self, wasm_path: Path) -> Path | None:
         """Make sure the cache holds `wasm_path`; the entry's path, or None if unwritable."""
@@ -164,6 +178,12 @@ def shared_seal() -> CacheSeal:
         if _seal is None:
             _seal = CacheSeal()
         return _seal
+
+
+def file_sha256(path: Path) -> str:
+    """The file's sha256, read in chunks (no copy of the whole file in memory)."""
+    with Path(path).open("rb") as source:
+        return hashlib.file_digest(source, "sha256").hexdigest()
 
 
 def write_atomically(path: Path, data: bytes | bytearray) -> None:
