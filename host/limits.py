@@ -1,5 +1,5 @@
-"""Every limit, in one place: the resource contract's (docs/contract.md §7), the HTTP front door's,
-and those of resource subscriptions (docs/contract.md §11)."""
+"""Every limit, in one place: the resource contract's (docs/contract/limits.md §7), the HTTP front door's,
+and those of resource subscriptions (docs/contract/subscriptions.md §11)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class HttpLimits:
     credential_check_s: float = 2.0
 
 
-# Resource subscriptions and the updates they hear (docs/contract.md §11), on
+# Resource subscriptions and the updates they hear (docs/contract/subscriptions.md §11), on
 # stdio and HTTP alike: what one principal may hold open, how often one URI is
 # announced to it, and how often one capsule may announce.
 @dataclass(frozen=True)

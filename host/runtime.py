@@ -82,7 +82,7 @@ class RuntimeConfig:
     # The publishers the operator trusts and who owns which URI namespace
     # (docs/publishing.md); None: the user's trust file.
     trust_file: Path | None = None
-    # Resource subscriptions: the announcement rate the broker allows a capsule (docs/contract.md §11).
+    # Resource subscriptions: the announcement rate the broker allows a capsule (docs/contract/subscriptions.md §11).
     subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS
 
 

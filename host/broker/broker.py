@@ -14,7 +14,7 @@ It knows the resource contract and nothing about MCP or wasm:
 - a completion (`complete`) is a broadcast that only the template's owner
   may answer (`complete.check_complete_reply`).
 
-Who serves a read (docs/contract.md §9.3), decided before the broadcast and
+Who serves a read (docs/contract/templates.md §9.3), decided before the broadcast and
 in this order, the same for every principal and every arrival order:
 
 1. a listed URI: its listed owner (the describe snapshot's `uri -> source-id`),
@@ -30,13 +30,13 @@ in this order, the same for every principal and every arrival order:
 The templates snapshot is fetched only when a URI is not listed (and then
 once per capsule-set generation: it is cached).
 
-Declared freshness (docs/contract.md §5.7): a listed resource or a template
+Declared freshness (docs/contract/resources.md §5.7): a listed resource or a template
 whose `meta` declares `{"astrid": {"max_age_s": N}}` has its successful reads
 kept for N seconds per (principal, uri, owner source-id) in `read_cache`; the
 key is taken out of the definitions handed out. A capsule-set change and a
 refresh drop a principal's kept reads.
 
-Resource events (docs/contract.md §11): a capsule announces on
+Resource events (docs/contract/subscriptions.md §11): a capsule announces on
 `resource.v1.event.updated` that a URI it owns changed for the principal it
 runs for (the kernel does the same for a file a read touched). The broker
 checks the announcement (`updates.AnnouncementGate`: the rate; `announced`:
@@ -567,7 +567,7 @@ class Broker:
         finished = drained.finished or (preferred is not None and preferred in drained.replies)
         return outcome, status, delivery.receivers, len(drained.replies), finished
 
-    # -- resource events (docs/contract.md §11) ---------------------------------------
+    # -- resource events (docs/contract/subscriptions.md §11) -------------------------
 
     def subscribable(self, principal: Principal, uri: str) -> str | None:
         """Who serves `uri` to `principal` (its listed owner, else the owner of the template
@@ -785,4 +785,4 @@ class _Route:
     owner: str | None
     via_template: bool
     stale: bool  # the snapshot that decided it may be out of date
-    max_age_s: float | None = None  # the freshness the owner declared for it (docs/contract.md §5.7)
+    max_age_s: float | None = None  # the freshness the owner declared for it (docs/contract/resources.md §5.7)

@@ -5,7 +5,7 @@ served to alice. A capsule-set change marks snapshots stale (they stay around
 as "the previous good snapshot" so an empty round cannot wipe them); a stale
 snapshot is never served without a new round first.
 
-The templates snapshot (docs/contract.md §9.3) lives beside the describe
+The templates snapshot (docs/contract/templates.md §9.3) lives beside the describe
 snapshot and shares its generation counter: the same events invalidate both.
 
 Each snapshot also keeps the freshness its entries declared (`max_age`, from
@@ -31,11 +31,11 @@ from astrid.host.contract.template import ResourceTemplate
 @dataclass(frozen=True)
 class Snapshot:
     resources: tuple[ResourceDefinition, ...]
-    # uri -> source-id: a listed uri is read from this owner only (docs/contract.md §5.3)
+    # uri -> source-id: a listed uri is read from this owner only (docs/contract/resources.md §5.3)
     owners: dict[str, str] = field(default_factory=dict)
     stale: bool = False
     generation: int = 0
-    # uri -> the max_age_s its definition declared (docs/contract.md §5.7)
+    # uri -> the max_age_s its definition declared (docs/contract/resources.md §5.7)
     max_age: dict[str, float] = field(default_factory=dict)
 
     def owner_of(self, uri: str) -> str | None:

@@ -1,7 +1,7 @@
 """The pure core of a describe round: drained replies in, one snapshot out.
 
 No bus here: `merge_round` takes the messages a round drained (in arrival
-order) and applies docs/contract.md §5 and §7 with the rules every fan-out
+order) and applies docs/contract/resources.md §5 and docs/contract/limits.md §7 with the rules every fan-out
 shares (`merge.merge`), in a fixed order:
 
 1. drop replies whose envelope principal is not the invoking principal;

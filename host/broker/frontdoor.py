@@ -20,7 +20,7 @@ their threads.
 One more door is a call only, with no bus topic: `subscribable`, whether a
 principal could read a URI (listed for it, or covered by a template it sees)
 and who serves it, behind the read gate. The MCP server asks it before it
-takes a subscription (docs/contract.md §11).
+takes a subscription (docs/contract/subscriptions.md §11).
 
 Each door is also a plain call (`listed`, `read`, `templates`, `complete`)
 with typed values: the bus handlers above parse, call it and serialize,

@@ -3,7 +3,7 @@
 A resource, family member or template may declare `max_age_s` in its `meta`,
 under the `astrid` key (`{"astrid": {"max_age_s": 60}}`; the guest SDK writes
 it from `@capsule.resource(..., max_age_s=60)`). The broker then keeps a
-successful read for that long (docs/contract.md §5.7):
+successful read for that long (docs/contract/resources.md §5.7):
 
 - an entry is keyed by (principal, uri, owner source-id): it never crosses
   principals, and a rebuilt owner (a new source-id) never sees its old
@@ -13,7 +13,7 @@ successful read for that long (docs/contract.md §5.7):
 - a capsule-set change for a principal (or for everyone), and an explicit
   refresh, drop that principal's entries; a read that overlapped the drop is
   not stored (`epoch`);
-- an update of a URI (its owner announced a change, docs/contract.md §11)
+- an update of a URI (its owner announced a change, docs/contract/subscriptions.md §11)
   drops that principal's entries of that URI, before anyone is told, and a
   read of the principal's that overlapped the drop is not stored either;
 - the cache is bounded by entries and by bytes, least recently used first.

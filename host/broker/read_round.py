@@ -2,13 +2,13 @@
 
 `drain` collects the replies to one read request until the listed owner
 answered, every receiver finished, or the window ended. `resolve` turns what
-was drained into the outcome, by the routing rules of docs/contract.md §5:
+was drained into the outcome, by the routing rules of docs/contract/resources.md §5:
 
 - a listed URI is served by its listed owner only; another capsule's answer
   (it saw the broadcast too) is never a substitute;
 - an unlisted URI that a template covers is served the same way, by that
   template's owner only (`preferred` is the owner either way; the broker
-  picks it, docs/contract.md §9.3);
+  picks it, docs/contract/templates.md §9.3);
 - any other URI (a family member) goes to the lexicographically first
   source-id that answered, whatever the timing, with an audit line per loser;
 - a reply from a capsule the URI authority does not let serve the URI (it is

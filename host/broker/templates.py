@@ -1,7 +1,7 @@
 """The pure core of a templates round, and the template routing rule.
 
 No bus here. `merge_templates` takes the messages a templates round drained
-(in arrival order) and applies docs/contract.md §9.3 with the rules every
+(in arrival order) and applies docs/contract/templates.md §9.3 with the rules every
 fan-out shares (`merge.merge`):
 
 1. drop replies whose envelope principal is not the invoking principal;

@@ -2,7 +2,7 @@
 
 A capsule announces `updated {uri}` for the principal of the message it
 handles (the host's file watch announces as the capsule whose read touched
-the file). The broker hands an announcement on only when (docs/contract.md
+the file). The broker hands an announcement on only when (docs/contract/subscriptions.md
 §11):
 
 - its principal is verified;

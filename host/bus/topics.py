@@ -1,4 +1,4 @@
-"""The bus topic grammar (docs/contract.md §2).
+"""The bus topic grammar (docs/contract/bus.md §2).
 
 A topic is 1-8 dot-separated segments of `[a-z0-9_-]+`, at most 256 bytes.
 A subscription pattern is a topic whose last segment may be `*`, matching one

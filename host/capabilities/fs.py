@@ -22,7 +22,7 @@ host path: only the path the guest asked for.
 well-formed request for a granted mount, before it is opened (a missing file
 too: it may appear), with its kind: `file` (read, stat) or `folder` (list). The kernel records with it
 which files a resource read touched, so a change to one of them updates that
-resource for its subscribers (docs/contract.md §11).
+resource for its subscribers (docs/contract/subscriptions.md §11).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON encoding rule shared by every bus record (docs/contract.md §4).
+"""The JSON encoding rule shared by every bus record (docs/contract/interface.md §4).
 
 snake_case keys, options absent or null, unknown keys ignored, a value of the
 wrong type rejects the whole message (strict: no "1" -> 1 coercion).
@@ -96,7 +96,10 @@ def strip_bad_meta(record: dict[str, Any], limits: Limits, where: str) -> dict[s
 @overload
 def strip_bad_meta(record: object, limits: Limits, where: str) -> object: ...
 def strip_bad_meta(record: object, limits: Limits, where: str) -> object:
-    """docs/contract.md §7: a `meta` over the cap or not encoding a JSON object loses the field, not the record."""
+    """A `meta` over the cap or not encoding a JSON object loses the field, not the record.
+
+    docs/contract/limits.md §7.
+    """
     record, problem = without_bad_meta(record, limits)
     if problem is not None:
         log.warning("%s: meta dropped: %s", where, problem)

@@ -25,7 +25,7 @@ class CapsulesLoaded(WireModel):
 
 
 class ResourceUpdated(WireModel):
-    """`updated`: the resource at `uri` changed for the message's principal (docs/contract.md §11).
+    """`updated`: the resource at `uri` changed for the message's principal (docs/contract/subscriptions.md §11).
 
     What a capsule publishes on `resource.v1.event.updated`, and what the
     broker hands on (`astrid.v1.resource_updated`) once it checked it."""

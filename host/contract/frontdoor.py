@@ -1,4 +1,4 @@
-"""Messages between a front-door client and the broker (docs/contract.md §6)."""
+"""Messages between a front-door client and the broker (docs/contract/mcp.md §6)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class ReadResourceReply(WireModel):
     contents: list[ResourceChunk] = []
     error: FrontDoorFailure | None = None
     # How long the contents stay fresh, in seconds, when the owner declared
-    # it (docs/contract.md §5.7); never set with `error`.
+    # it (docs/contract/resources.md §5.7); never set with `error`.
     max_age_s: float | None = Field(default=None, gt=0)
 
 

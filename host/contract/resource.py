@@ -39,7 +39,7 @@ class Icon(WireModel):
 
 
 class BoundedFields(WireModel):
-    """The size rules of the fields several records share (docs/contract.md §7), written once.
+    """The size rules of the fields several records share (docs/contract/limits.md §7), written once.
 
     A record inherits the rules of the fields it declares (`check_fields=False`:
     a rule for a field a record lacks does nothing); its own fields keep their
@@ -64,7 +64,7 @@ class BoundedFields(WireModel):
     @field_validator("icons", check_fields=False)
     @classmethod
     def _icons_limit(cls, value: list[Icon], info: ValidationInfo) -> list[Icon]:
-        return value[: limits_of(info).icons_per_definition]  # extras dropped (docs/contract.md §7)
+        return value[: limits_of(info).icons_per_definition]  # extras dropped (docs/contract/limits.md §7)
 
     @field_validator("meta", check_fields=False)
     @classmethod

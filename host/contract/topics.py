@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from astrid.host.bus import Participant, host_participant
 from astrid.host.bus.topics import ClusterTopics
 
-# -- the resource contract (astrid-bus:resource@1.0.0; docs/contract.md §4-§5) --
+# -- the resource contract (astrid-bus:resource@1.0.0; docs/contract/interface.md §4, docs/contract/resources.md §5) --
 DESCRIBE_TOPIC = "resource.v1.request.describe"
 DESCRIBE_REPLY_PREFIX = "resource.v1.response.describe."
 DESCRIBE_REPLIES = DESCRIBE_REPLY_PREFIX + "*"
 READ_REQUEST_TOPIC = "resource.v1.request.read"
 READ_REPLY_PREFIX = "resource.v1.response.read."
 
-# -- templates and completion (astrid-bus:resource-template@1.0.0; docs/contract.md §9) --
+# -- templates and completion (astrid-bus:resource-template@1.0.0; docs/contract/templates.md §9) --
 TEMPLATES_TOPIC = "resource.v1.request.templates"
 TEMPLATES_REPLY_PREFIX = "resource.v1.response.templates."
 TEMPLATES_REPLIES = TEMPLATES_REPLY_PREFIX + "*"
@@ -42,12 +42,12 @@ COMPLETE_REPLY_PREFIX = "resource.v1.response.complete."
 RESOURCE_REQUESTS = "resource.v1.request.*"
 RESOURCE_REPLIES = "resource.v1.response.*"
 
-# -- resource events (astrid-bus:resource-events@1.0.0; docs/contract.md §11) --
+# -- resource events (astrid-bus:resource-events@1.0.0; docs/contract/subscriptions.md §11) --
 # A capsule (or the host, for a file a read touched) says a URI it owns changed.
 RESOURCE_UPDATED_TOPIC = "resource.v1.event.updated"
 RESOURCE_EVENTS = "resource.v1.event.*"
 
-# -- the host's own namespace (docs/contract.md §6) --------------------------------
+# -- the host's own namespace (docs/contract/mcp.md §6) ----------------------------
 HOST_NAMESPACE = "astrid.v1."
 FRONT_DOOR_REQUESTS = "astrid.v1.request.mcp.*"
 FRONT_DOOR_LIST = "astrid.v1.request.mcp.resources.list"

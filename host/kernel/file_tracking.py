@@ -10,7 +10,7 @@ are not recorded: they serve no one URI.
 
 When the mount watcher reports files that changed (`touched(paths)`), every
 (capsule, principal, URI) whose last read looked at one of them, or listed a
-folder one of them lies beneath, is due an update (docs/contract.md §11).
+folder one of them lies beneath, is due an update (docs/contract/subscriptions.md §11).
 
 It never crosses principals: alice's read records alice's key, and a change
 announces the URI to alice only. A rebuilt or removed capsule's records are

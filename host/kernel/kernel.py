@@ -433,7 +433,7 @@ class Kernel:
 
         def answer(message: Message) -> None:
             if not message.principal.is_verified:
-                return  # the SDK lists nothing for anyone else (docs/contract.md §5.5)
+                return  # the SDK lists nothing for anyone else (docs/contract/resources.md §5.5)
             try:
                 self.bus.publish(participant, reply.topic, reply.payload, message.principal)
             except BusError as exc:  # refused as the guest's publish would have been (and logged alike)

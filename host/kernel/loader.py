@@ -18,7 +18,7 @@ from astrid.host.kernel.provenance import LOCAL, Provenance, Vet
 
 log = logging.getLogger(__name__)
 
-# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract.md §2).
+# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract/bus.md §2.3).
 SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
 HOST_IMPORTS = frozenset(
     {

@@ -1,4 +1,4 @@
-"""Bus records -> MCP wire models, at the last trusted choke point (docs/contract.md §6).
+"""Bus records -> MCP wire models, at the last trusted choke point (docs/contract/mcp.md §6).
 
 - `_meta`: a JSON object or nothing; keys whose prefix's second label is
   `mcp` or `modelcontextprotocol` (e.g. `io.modelcontextprotocol/x`,
@@ -158,7 +158,7 @@ def not_found_code(protocol_version: str | None) -> int:
 
 
 def read_error(error: FrontDoorFailure, uri: str, protocol_version: str | None) -> MCPError:
-    """The JSON-RPC error for a failed read (docs/contract.md §5.6)."""
+    """The JSON-RPC error for a failed read (docs/contract/resources.md §5.6)."""
     data = {"uri": uri, "reason": error.code.value}
     if error.code is FailureCode.NOT_FOUND:
         return MCPError(code=not_found_code(protocol_version), message=f"Resource not found: {uri}", data=data)

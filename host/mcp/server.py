@@ -23,7 +23,7 @@ default principal only where the operator allowed that (loopback, no auth).
 - at most `max_requests_per_principal` requests of one principal in flight:
   more are refused at once as busy, so one principal's flood cannot hold the
   worker threads another one's reads need;
-- resource subscriptions (`updates.py`, docs/contract.md §11):
+- resource subscriptions (`updates.py`, docs/contract/subscriptions.md §11):
   `resources/subscribe` / `resources/unsubscribe` (2025-11-25) and a listen
   stream's `resourceSubscriptions` (2026-07-28), only to URIs the principal
   could read (the broker says: listed for it, or covered by a template it
@@ -432,7 +432,7 @@ class AstridMcpServer:
             ) from None
         if not contents:
             raise MCPError(code=types.INTERNAL_ERROR, message="the capsule returned no contents", data={"uri": uri})
-        # The owner's declared freshness (docs/contract.md §5.7), else none.
+        # The owner's declared freshness (docs/contract/resources.md §5.7), else none.
         ttl_ms = max(1, int(reply.max_age_s * 1000)) if reply.max_age_s else READ_TTL_MS
         return types.ReadResourceResult(contents=contents, ttl_ms=ttl_ms, cache_scope="private")
 
@@ -465,7 +465,7 @@ class AstridMcpServer:
             raise completion_error(reply.error, template)
         return types.CompleteResult(completion=to_completion(reply.values, reply.total, reply.has_more, self.limits))
 
-    # -- resource subscriptions (docs/contract.md §11) -----------------------------------
+    # -- resource subscriptions (docs/contract/subscriptions.md §11) ---------------------
 
     async def _on_subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams

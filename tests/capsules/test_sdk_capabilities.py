@@ -144,7 +144,7 @@ def test_a_template_lister_lists_only_uris_the_template_serves() -> None:
     assert sum("dropped" in message for _, message in host.logs) == 2
 
 
-# -- ctx.updated (astrid-bus:resource-events, docs/contract.md §11) ------------------------------
+# -- ctx.updated (astrid-bus:resource-events, docs/contract/subscriptions.md §11) ----------------
 
 
 def test_ctx_updated_publishes_the_event_after_the_write_and_defaults_to_the_uri_being_read():

@@ -1,4 +1,7 @@
-"""Declared freshness in the guest SDK: `max_age_s=` travels in `meta` under `astrid` (contract §5.7)."""
+"""Declared freshness in the guest SDK: `max_age_s=` travels in `meta` under `astrid`.
+
+docs/contract/resources.md §5.7.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Templates and completion in the guest SDK (docs/contract.md §9, docs/capsules.md).
+"""Templates and completion in the guest SDK (docs/contract/templates.md §9, docs/capsules.md).
 
 Most tests drive `Capsule.dispatch` on the host's CPython with the recording
 host of test_sdk_native; the slow ones build the real `templated` capsule

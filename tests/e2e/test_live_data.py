@@ -5,7 +5,7 @@ a new file reaches a connected client as list_changed); the `counter` test
 capsule keeps per-principal state in kv (it survives a restart, principals
 never share it) and shows what a call without a grant gets.
 
-Resource subscriptions (docs/contract.md §11): a subscribed file's URI is
+Resource subscriptions (docs/contract/subscriptions.md §11): a subscribed file's URI is
 updated when the file changes; the counter's `ctx.updated` after a kv write
 reaches its principal's subscribers only, over stdio and HTTP.
 """
@@ -129,7 +129,7 @@ async def test_a_call_without_the_grant_is_refused_naming_the_command(
         assert (await served.text("astrid://counter/note")).startswith("NotGranted")
 
 
-# -- resource subscriptions (docs/contract.md §11) -----------------------------------------------
+# -- resource subscriptions (docs/contract/subscriptions.md §11) ---------------------------------
 
 UPDATE_WITHIN_S = 2.0  # the issue's bound: one poll of the granted folder, then the bus
 
@@ -287,7 +287,7 @@ async def test_updates_cross_nats_from_capsule_hosts_to_the_mcp_server(
                 assert await served.text("astrid://counter/bump") == "1"
                 await until(lambda: updates_of(served, hits) == 1, UPDATE_WITHIN_S + 1.0)
                 # A capsule host polls a folder from the first read that looked under it on: one poll
-                # (1 s) to take its baseline (docs/contract.md §11.2).
+                # (1 s) to take its baseline (docs/nats.md, "How it works").
                 await anyio.sleep(1.5)
                 (notes / "today.md").write_text("two, longer\n")
                 await until(lambda: updates_of(served, today) == 1, UPDATE_WITHIN_S + 1.0)

@@ -62,7 +62,7 @@ async def test_initialize_answers_at_once_with_the_resource_capability(capsules,
         assert init.server_info.name == "astrid"
         resources = init.capabilities.resources
         assert resources is not None and resources.list_changed is True
-        assert resources.subscribe is True  # resource subscriptions (docs/contract.md §11)
+        assert resources.subscribe is True  # resource subscriptions (docs/contract/subscriptions.md §11)
         assert init.capabilities.tools is None and init.capabilities.prompts is None
         with anyio.fail_after(30), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the SDK marks subscribe deprecated

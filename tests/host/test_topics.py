@@ -1,4 +1,4 @@
-"""The topic grammar (docs/contract.md §2), with property tests."""
+"""The topic grammar (docs/contract/bus.md §2), with property tests."""
 
 from __future__ import annotations
 

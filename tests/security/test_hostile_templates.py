@@ -1,4 +1,4 @@
-"""Hostile templates and completions (docs/contract.md §9.3) against the real bus and broker.
+"""Hostile templates and completions (docs/contract/templates.md §9.3) against the real bus and broker.
 
 The hostile capsules here are host-native stand-ins (tests/host/broker/fakes.py)
 that publish with their own source-id, attributed to the principal they serve,

@@ -55,7 +55,8 @@ def error_for(server: RawServer, line: str | bytes, request_id: object) -> dict:
 def test_unknown_methods_are_method_not_found(server):
     calls = (
         (101, "no/such/method", {}),
-        (102, "logging/setLevel", {"level": "info"}),  # not offered (resources/subscribe is now: §11)
+        # logging/setLevel: not offered (resources/subscribe is: docs/contract/subscriptions.md §11)
+        (102, "logging/setLevel", {"level": "info"}),
         (103, "tools/call", {"name": "x", "arguments": {}}),
         (104, "prompts/get", {"name": "x"}),
     )
@@ -127,7 +128,7 @@ def test_huge_uris_are_refused_as_over_a_limit(server, size):
         json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}),
         request_id,
     )
-    assert error["code"] == INTERNAL_ERROR  # docs/contract.md §5: over a limit is -32603
+    assert error["code"] == INTERNAL_ERROR  # docs/contract/resources.md §5.6: over a limit is -32603
     still_serving(server)
 
 
@@ -214,7 +215,7 @@ def test_requests_before_initialize_are_refused_and_initialize_still_works(bundl
         assert "error" in early
         assert served.request("ping", request_id="early-ping")["result"] == {}
         init = served.initialize()
-        # subscribe: offered since resource subscriptions (docs/contract.md §11)
+        # subscribe: offered since resource subscriptions (docs/contract/subscriptions.md §11)
         assert init["result"]["capabilities"]["resources"] == {"listChanged": True, "subscribe": True}
         assert served.request("resources/read", {"uri": "astrid://docs/index"})["result"]["contents"]
         # a second initialize does not break the session

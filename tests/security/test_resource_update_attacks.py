@@ -1,4 +1,4 @@
-"""Resource update attacks (docs/contract.md §11): a real hostile component announcing
+"""Resource update attacks (docs/contract/subscriptions.md §11): a real hostile component announcing
 `resource.v1.event.updated` (astrid-bus:resource-events), and a real MCP client subscribing to
 what it cannot read, against the real kernel, broker and MCP server.
 

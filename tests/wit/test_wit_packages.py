@@ -52,7 +52,7 @@ def test_each_dependency_is_valid_as_a_root_package(wit_file: Path, tmp_path: Pa
 
 
 def test_resource_package_has_no_describe_request_record() -> None:
-    # WIT forbids empty records: the describe request payload is `{}` (docs/contract.md §4).
+    # WIT forbids empty records: the describe request payload is `{}` (docs/contract/interface.md §4).
     result = run("component", "wit", "--json", str(WIT_DIR))
     types = json.loads(result.stdout)["types"]
     assert "describe-request" not in {t["name"] for t in types}

@@ -97,7 +97,7 @@ class Capsule:
         it returns False for: not listed, and reads stay unanswered.
         `max_age_s` (optional) lets the host serve a successful read again,
         per principal, for that many seconds without calling the handler
-        (docs/contract.md §5.7).
+        (docs/contract/resources.md §5.7).
         """
 
         def decorate(handler):

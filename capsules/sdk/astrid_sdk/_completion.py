@@ -1,4 +1,4 @@
-"""Completion (docs/contract.md §9): reading a complete-request, and shaping what a completer returned.
+"""Completion (docs/contract/templates.md §9): reading a complete-request, and shaping what a completer returned.
 
 The `complete` handler itself is in `_serving`; a completer is declared with
 `@template.complete("var")` (`_registry.Template`).

@@ -2,7 +2,7 @@
 
 The verified principal and the call's URI, template variables or completion
 arguments; the host services (`ctx.fs`, `ctx.kv`, `ctx.http`, config, log,
-clock); `ctx.updated(uri)`, the resource-update announcement (docs/contract.md
+clock); `ctx.updated(uri)`, the resource-update announcement (docs/contract/subscriptions.md
 §11); and `ctx.request`, a request/response client over the bus with its
 correlation ids (`mint_correlation_id`).
 """
@@ -19,7 +19,7 @@ from astrid_sdk._wire import check_uri, dumps
 if TYPE_CHECKING:
     from astrid_sdk._capsule import Capsule
 
-# astrid-bus:resource-events@1.0.0 (docs/contract.md §11): `ctx.updated(uri)` publishes here.
+# astrid-bus:resource-events@1.0.0 (docs/contract/subscriptions.md §11): `ctx.updated(uri)` publishes here.
 UPDATED_TOPIC = "resource.v1.event.updated"
 UPDATED_WIT = "astrid-bus:resource-events@1.0.0"
 REQUEST_TIMEOUT_MS = 1000  # well inside the 2 s call budget and the 2.5 s read window
@@ -70,7 +70,7 @@ class Context:
         return self._host.clock_ms()
 
     def updated(self, uri: str | None = None) -> None:
-        """Tell this principal's clients subscribed to `uri` that it changed (docs/contract.md §11).
+        """Tell this principal's clients subscribed to `uri` that it changed (docs/contract/subscriptions.md §11).
 
         `uri` defaults to the URI being read. Call it once the change is
         made (after `ctx.kv.set`, say): the host drops any kept read of it,

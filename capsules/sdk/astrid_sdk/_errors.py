@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 class DefinitionError(ValueError):
-    """A resource definition or chunk that breaks the contract (docs/contract.md §3, §7).
+    """A resource definition or chunk that breaks the contract.
+
+    The rules: docs/contract/interface.md §3 and docs/contract/limits.md §7.
 
     Raised by a declaration (`@capsule.resource(...)` and the like, at import
     = build time), it names where the author declared it and what:

@@ -2,7 +2,7 @@
 
 The host calls `astrid-hook-trigger(handler, payload)` with the handler name
 bound in `Capsule.toml`: "describe" for `resource.v1.request.describe`,
-"read" for `resource.v1.request.read`, and for templates (docs/contract.md
+"read" for `resource.v1.request.read`, and for templates (docs/contract/templates.md
 §9) "templates" for `resource.v1.request.templates` and "complete" for
 `resource.v1.request.complete`. The SDK answers by publishing:
 
@@ -322,7 +322,7 @@ class Server:
             return "error", short(str(exc))
         return outcome, reply.get("error")
 
-    # -- templates and completion (docs/contract.md §9) -------------------------
+    # -- templates and completion (docs/contract/templates.md §9) ---------------
 
     def _list_templates(self, host) -> tuple[str, str | None]:
         caller = self._verified(host)

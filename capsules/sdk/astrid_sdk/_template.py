@@ -1,4 +1,4 @@
-"""URI templates: the SDK's own copy of the contract's rules (docs/contract.md §9.2).
+"""URI templates: the SDK's own copy of the contract's rules (docs/contract/templates.md §9.2).
 
     template = UriTemplate.parse("astrid://files/{+path}")
     template.match("astrid://files/notes/today.md")   # {"path": "notes/today.md"}

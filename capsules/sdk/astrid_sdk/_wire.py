@@ -1,4 +1,6 @@
-"""Resource definitions, read chunks and their JSON encoding (docs/contract.md §3, §4, §7).
+"""Resource definitions, read chunks and their JSON encoding.
+
+The rules: docs/contract/interface.md §3, §4 and docs/contract/limits.md §7.
 
 Pure Python, stdlib only: this module runs inside the wasm guest. It must not
 touch the clock, the filesystem, randomness or stdout (the guest has no WASI:
@@ -19,7 +21,7 @@ import re
 from astrid_sdk._errors import DefinitionError
 from astrid_sdk._template import UriTemplate
 
-# docs/contract.md §7 defaults; the SDK enforces them on its own output so an over-limit
+# docs/contract/limits.md §7 defaults; the SDK enforces them on its own output so an over-limit
 # reply becomes a read error (or a logged drop in describe), never a message
 # the host refuses.
 KIB = 1024
@@ -38,7 +40,7 @@ MAX_TEMPLATES_PER_DESCRIBE = 64  # templates per templates-response
 MAX_COMPLETION_VALUES = 100  # values per complete-response (as MCP's completion/complete)
 MAX_AGE_S = 86_400  # the longest declared freshness (max_age_s) the host honours: one day
 
-# The meta key the host reads its own hints from (docs/contract.md §5.7):
+# The meta key the host reads its own hints from (docs/contract/resources.md §5.7):
 # {"astrid": {"max_age_s": 60}}. The SDK writes it from max_age_s=; user meta may not.
 ASTRID_META_KEY = "astrid"
 
@@ -119,7 +121,7 @@ def check_max_age(max_age_s: object) -> int | float | None:
 def freshness_meta(meta: object, max_age_s: object) -> str | None:
     """The wire `meta`: the user's `meta` plus `{"astrid": {"max_age_s": ...}}` when declared.
 
-    The `astrid` key is the host's (docs/contract.md §5.7): a user meta that
+    The `astrid` key is the host's (docs/contract/resources.md §5.7): a user meta that
     holds it is a DefinitionError, so the only way to declare freshness is
     `max_age_s=`.
     """

@@ -135,7 +135,7 @@ class FakeCapsule:
         self.bus.unbind_owner(self.source_id)
 
     def announce(self, uri: str, principal: str | Principal, payload: str | None = None) -> None:
-        """Publish `updated {uri}` on resource.v1.event.updated as `principal` (docs/contract.md §11)."""
+        """Publish `updated {uri}` on resource.v1.event.updated as `principal` (docs/contract/subscriptions.md §11)."""
         who = principal if isinstance(principal, Principal) else Principal.verified(principal)
         body = json.dumps({"uri": uri}) if payload is None else payload
         self.bus.publish(self.participant, "resource.v1.event.updated", body, who).wait(5)

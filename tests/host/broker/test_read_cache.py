@@ -1,4 +1,4 @@
-"""Declared freshness (docs/contract.md §5.7): the broker keeps reads a capsule declared fresh.
+"""Declared freshness (docs/contract/resources.md §5.7): the broker keeps reads a capsule declared fresh.
 
 Nothing here measures time: expiry is driven by a fake clock.
 """

@@ -1,4 +1,4 @@
-"""Templates and completion in the broker (docs/contract.md §9), on the real Bus with fake capsules."""
+"""Templates and completion in the broker (docs/contract/templates.md §9), on the real Bus with fake capsules."""
 
 from __future__ import annotations
 

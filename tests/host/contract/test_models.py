@@ -1,4 +1,4 @@
-"""The JSON encoding rule and the docs/contract.md §7 limits, enforced by the models."""
+"""The JSON encoding rule and the docs/contract/limits.md §7 limits, enforced by the models."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
     "argument": Argument,
     "complete-request": CompleteRequest,
     "complete-response": CompleteResponse,
-    "updated": ResourceUpdated,  # astrid-bus:resource-events@1.0.0 (docs/contract.md §11)
+    "updated": ResourceUpdated,  # astrid-bus:resource-events@1.0.0 (docs/contract/subscriptions.md §11)
 }
 # Fields the JSON encoding adds that are not WIT record fields.
 VARIANT_TAG = "type"

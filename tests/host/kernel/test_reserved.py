@@ -252,7 +252,7 @@ def test_the_kernel_logs_the_refusal_once_and_reads_the_grant_per_call(
         kernel.close()
 
 
-# -- resource events (astrid-bus:resource-events, docs/contract.md §11) -------------------------
+# -- resource events (astrid-bus:resource-events, docs/contract/subscriptions.md §11) -----------
 
 
 def test_announcing_an_event_is_free_but_hearing_another_participants_takes_the_grant() -> None:

@@ -1,4 +1,4 @@
-"""docs/contract.md §6 reshape rules and §5 error codes, one by one."""
+"""docs/contract/mcp.md §6 reshape rules and docs/contract/resources.md §5.6 error codes, one by one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/contract.md §6.2 reshape rules for templates, and the completion result and errors."""
+"""docs/contract/mcp.md §6.2 reshape rules for templates, and the completion result and errors."""
 
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ async def test_initialize_advertises_resources_with_list_changed_and_subscribe()
         caps = client.server_capabilities
         assert caps.resources is not None
         assert caps.resources.list_changed is True
-        assert caps.resources.subscribe is True  # docs/contract.md §11
+        assert caps.resources.subscribe is True  # docs/contract/subscriptions.md §11
         assert caps.tools is None and caps.prompts is None
         assert client.protocol_version == "2025-11-25"
 
@@ -180,7 +180,7 @@ async def test_read_timeout_is_internal_error_and_the_server_keeps_serving():
 
 
 async def test_subscribe_is_offered_for_a_uri_the_principal_could_read_only():
-    # Was "not offered" (-32601) until resource subscriptions (docs/contract.md §11).
+    # Was "not offered" (-32601) until resource subscriptions (docs/contract/subscriptions.md §11).
     async with serving() as (client, _, _):
         with anyio.fail_after(10):
             await client.session.send_request(

@@ -1,4 +1,4 @@
-"""Resource subscriptions in-process (docs/contract.md §11): mcp's Client on the real Server, the
+"""Resource subscriptions in-process (docs/contract/subscriptions.md §11): mcp's Client on the real Server, the
 real Bus and broker, a stand-in capsule announcing `resource.v1.event.updated` as a capsule does.
 
 tests/e2e drives the same over stdio and HTTP with real capsules and real file changes.
