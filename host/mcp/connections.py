@@ -35,6 +35,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from astrid.host.limits import HttpLimits
+from astrid.host.log_throttle import LogThrottle
 
 log = logging.getLogger("astrid.host.mcp.http")
 
@@ -225,18 +226,16 @@ class RateLimitedLoopErrors:
     def __init__(self, every_s: float = 5.0, *, clock=time.monotonic) -> None:
         self.every_s = every_s
         self._clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: Counter[str] = Counter()
+        self._lines: dict[str, LogThrottle] = {}  # by kind of error
 
     def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         kind = str(context.get("message", "event loop error"))
-        now = self._clock()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.every_s:
-            self._suppressed[kind] += 1
+        lines = self._lines.get(kind)
+        if lines is None:
+            lines = self._lines[kind] = LogThrottle(self.every_s, clock=self._clock)
+        suppressed = lines.ready()
+        if suppressed is None:
             return
-        self._last[kind] = now
-        suppressed = self._suppressed.pop(kind, 0)
         exc = context.get("exception")
         detail = f": {exc}" if exc is not None else ""
         more = f" ({suppressed} more like it not logged)" if suppressed else ""
