@@ -30,3 +30,24 @@ class LogThrottle:
                 return None
             skipped, self._last, self._skipped = self._skipped, now, 0
             return skipped
+
+
+class LogThrottles:
+    """A `LogThrottle` per kind of line, so that one flood does not hide another kind.
+
+    The kinds must be a small fixed set (fixed phrases, exception types), never
+    what a sender chose: each kind is kept for good."""
+
+    def __init__(self, every_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_kind: dict[str, LogThrottle] = {}
+
+    def ready(self, kind: str) -> int | None:
+        """As `LogThrottle.ready`, for lines of this kind."""
+        with self._lock:
+            throttle = self._by_kind.get(kind)
+            if throttle is None:
+                throttle = self._by_kind[kind] = LogThrottle(self.every_s, clock=self._clock)
+        return throttle.ready()

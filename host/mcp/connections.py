@@ -35,7 +35,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from astrid.host.limits import HttpLimits
-from astrid.host.log_throttle import LogThrottle
+from astrid.host.log_throttle import LogThrottles
 
 log = logging.getLogger("astrid.host.mcp.http")
 
@@ -224,16 +224,11 @@ class RateLimitedLoopErrors:
     thousand a second that is a log flood on top of the outage."""
 
     def __init__(self, every_s: float = 5.0, *, clock=time.monotonic) -> None:
-        self.every_s = every_s
-        self._clock = clock
-        self._lines: dict[str, LogThrottle] = {}  # by kind of error
+        self._lines = LogThrottles(every_s, clock=clock)
 
     def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        kind = str(context.get("message", "event loop error"))
-        lines = self._lines.get(kind)
-        if lines is None:
-            lines = self._lines[kind] = LogThrottle(self.every_s, clock=self._clock)
-        suppressed = lines.ready()
+        kind = str(context.get("message", "event loop error"))  # asyncio's own fixed phrases
+        suppressed = self._lines.ready(kind)
         if suppressed is None:
             return
         exc = context.get("exception")
