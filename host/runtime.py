@@ -51,6 +51,7 @@ from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
+from astrid.host.log_throttle import LogThrottle
 from astrid.host.telemetry import metrics
 from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher, ValueWatcher, events
 
@@ -227,7 +228,7 @@ class Runtime:
         self._watcher: FolderWatcher | None = None
         self._mount_watcher: MountWatcher | None = None
         self._grant_watcher: ValueWatcher[dict[str, tuple[str, ...]] | None] | None = None
-        self._mount_lines = _Throttle(MOUNT_LINE_EVERY_S)
+        self._mount_lines = LogThrottle(MOUNT_LINE_EVERY_S)
         self._closed = False
         # source-id -> name of every capsule loaded so far: the broker names capsules by it
         self._names: dict[str, str] = {}
@@ -512,24 +513,6 @@ class Runtime:
 
 # A folder written to all the time (a log) would otherwise print a line every poll.
 MOUNT_LINE_EVERY_S = 10.0
-
-
-class _Throttle:
-    """At most one line per `every_s`: `ready()` is None to stay quiet, else how many were skipped."""
-
-    def __init__(self, every_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_s = every_s
-        self._clock = clock
-        self._last: float | None = None
-        self._skipped = 0
-
-    def ready(self) -> int | None:
-        now = self._clock()
-        if self._last is not None and now - self._last < self.every_s:
-            self._skipped += 1
-            return None
-        skipped, self._last, self._skipped = self._skipped, now, 0
-        return skipped
 
 
 def _who(principals: Iterable[Principal]) -> str:

@@ -34,10 +34,13 @@ What a token must be to pass:
   principal-name grammar (`principal_problem`), since the name becomes a
   sandbox key and a bus stamp.
 
-Every refusal returns None and logs one warning line that says why (expired,
+Every refusal returns None and logs a warning line that says why (expired,
 wrong audience, wrong issuer, bad signature, unknown key, JWKS unreachable,
-...). The token is never logged, and neither is any claim value: what an
-attacker sent must not be able to forge log lines.
+...), at most one per reason every `REFUSAL_LINE_EVERY_S` seconds (the next
+says how many more there were): a sender of bad tokens cannot flood the log.
+The token is never logged, and neither is any claim value: what an attacker
+sent must not be able to forge log lines. An unexpected error (a verifier bug)
+is logged with its text, the token cut out and the text escaped to one line.
 
 Keys: PyJWT's `PyJWKClient` fetches and caches the JWK set (`cache_lifespan`
 seconds). A `kid` that is not in the cached set forces one refetch (the issuer
@@ -66,6 +69,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from astrid.host.auth.principal import BearerIdentity, principal_problem
 from astrid.host.errors import AuthConfigError
+from astrid.host.log_throttle import LogThrottles
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,12 @@ MAX_TOKEN_CHARS = 16 * 1024
 """Longer bearer tokens are refused unparsed (real access tokens are a few KiB at most)."""
 
 REQUIRED_CLAIMS = ("exp", "iss", "aud")
+
+REFUSAL_LINE_EVERY_S = 10.0
+"""A refusal's reason is logged at most once per this many seconds; the next line counts the rest."""
+
+ERROR_TEXT_CHARS = 200
+"""How much of an unexpected error's text a refusal line keeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +134,7 @@ class JwtVerifier:
         self.principal_claim = principal_claim
         self.leeway = leeway
         self._keys = _KeySource(jwks_url, fetch_timeout, cache_lifespan, refresh_cooldown, failure_backoff)
+        self._refusal_lines = LogThrottles(REFUSAL_LINE_EVERY_S)  # by reason: fixed phrases, never token content
 
     def principal_for(self, token: str) -> str | None:
         """The principal a genuine token names, else None (the reason is logged)."""
@@ -136,15 +147,23 @@ class JwtVerifier:
         return BearerIdentity(verified.principal, verified.expires_at) if verified is not None else None
 
     def verify(self, token: str) -> Verified | None:
-        """The principal, expiry and scopes of a genuine token, else None (one warning line says why)."""
+        """The principal, expiry and scopes of a genuine token, else None (a warning line says why)."""
         try:
             return self._verify(token)
         except _Refused as refused:
-            log.warning("access token refused: %s", refused)
+            self._say_refused(str(refused), str(refused))
             return None
         except Exception as exc:  # fail closed: a verifier bug must not let a token through, nor crash the request
-            log.warning("access token refused: unexpected %s while verifying it", type(exc).__name__)
+            kind = f"unexpected {type(exc).__name__}"
+            self._say_refused(kind, f"{kind} while verifying it: {_error_text(exc, token)}")
             return None
+
+    def _say_refused(self, kind: str, reason: str) -> None:
+        # Anyone can send bad tokens as fast as they like: one line per reason per period.
+        skipped = self._refusal_lines.ready(kind)
+        if skipped is not None:
+            more = f" ({skipped} more refused for this reason since the last such line)" if skipped else ""
+            log.warning("access token refused: %s%s", reason, more)
 
     def _verify(self, token: str) -> Verified:
         alg, kid = _screen_header(token)
@@ -254,6 +273,16 @@ def _decode_reason(exc: jwt.PyJWTError) -> str:
     if isinstance(exc, jwt.MissingRequiredClaimError):
         return f"the required claim {exc.claim!r} is missing"  # one of REQUIRED_CLAIMS: not the sender's text
     return next((reason for kind, reason in reasons if isinstance(exc, kind)), f"invalid token ({type(exc).__name__})")
+
+
+def _error_text(exc: Exception, token: object) -> str:
+    """An unexpected error's own words for the log: the token and its parts cut out, escaped to one line, bounded."""
+    text = str(exc)
+    if isinstance(token, str) and token:
+        parts = [token, *(part for part in token.split(".") if len(part) >= 8)]
+        for part in sorted(parts, key=len, reverse=True):
+            text = text.replace(part, "<token>")
+    return ascii(text[:ERROR_TEXT_CHARS])
 
 
 def _scopes_of(claims: Mapping[str, Any]) -> tuple[str, ...]:

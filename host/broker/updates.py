@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from astrid.host.bus import Principal
 from astrid.host.limits import DEFAULT_SUBSCRIPTION_LIMITS, SubscriptionLimits
+from astrid.host.log_throttle import LogThrottle
 
 log = logging.getLogger("astrid.host.broker")
 
@@ -37,13 +38,12 @@ MAX_REFUSED_NAMED = 4096  # capsules whose refusals were said once
 
 
 class _Bucket:
-    __slots__ = ("tokens", "at", "dropped", "said_at")
+    __slots__ = ("tokens", "at", "flood_lines")
 
     def __init__(self, tokens: float, at: float) -> None:
         self.tokens = tokens
         self.at = at
-        self.dropped = 0
-        self.said_at: float | None = None
+        self.flood_lines: LogThrottle | None = None  # made at the first drop: most pairs never drop one
 
 
 class AnnouncementGate:
@@ -77,11 +77,12 @@ class AnnouncementGate:
             if bucket.tokens >= 1.0:
                 bucket.tokens -= 1.0
                 return True
-            bucket.dropped += 1
             self.limited += 1
-            if bucket.said_at is not None and now - bucket.said_at < FLOOD_LINE_EVERY_S:
+            if bucket.flood_lines is None:
+                bucket.flood_lines = LogThrottle(FLOOD_LINE_EVERY_S, clock=self._clock)
+            skipped = bucket.flood_lines.ready()
+            if skipped is None:
                 return False
-            bucket.said_at, dropped, bucket.dropped = now, bucket.dropped, 0
         log.warning(
             "capsule %s announces resource updates for %s faster than %g a second (bursts of %d): "
             "%d dropped (said at most once a minute)",
@@ -89,7 +90,7 @@ class AnnouncementGate:
             principal,
             rate,
             burst,
-            dropped,
+            skipped + 1,  # this one too
         )
         return False
 

@@ -266,11 +266,6 @@ class SandboxPool:
         with self._lock:
             return sum(1 for k in self._instances if source_id is None or k[0] == source_id)
 
-    def live_keys(self) -> list[tuple[str, Principal]]:
-        """The live (source_id, principal) sandboxes, least recently used first."""
-        with self._lock:
-            return list(self._instances)
-
     def health(self, capsule_name: str) -> CapsuleHealth:
         with self._lock:
             return self.stats.by_capsule.setdefault(capsule_name, CapsuleHealth())

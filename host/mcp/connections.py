@@ -35,6 +35,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from astrid.host.limits import HttpLimits
+from astrid.host.log_throttle import LogThrottles
 
 log = logging.getLogger("astrid.host.mcp.http")
 
@@ -223,20 +224,13 @@ class RateLimitedLoopErrors:
     thousand a second that is a log flood on top of the outage."""
 
     def __init__(self, every_s: float = 5.0, *, clock=time.monotonic) -> None:
-        self.every_s = every_s
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: Counter[str] = Counter()
+        self._lines = LogThrottles(every_s, clock=clock)
 
     def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        kind = str(context.get("message", "event loop error"))
-        now = self._clock()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.every_s:
-            self._suppressed[kind] += 1
+        kind = str(context.get("message", "event loop error"))  # asyncio's own fixed phrases
+        suppressed = self._lines.ready(kind)
+        if suppressed is None:
             return
-        self._last[kind] = now
-        suppressed = self._suppressed.pop(kind, 0)
         exc = context.get("exception")
         detail = f": {exc}" if exc is not None else ""
         more = f" ({suppressed} more like it not logged)" if suppressed else ""

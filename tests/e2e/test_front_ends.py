@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
+from tests.support.jsonrpc import initialize_request
 from tests.support.nats import capsule_host, nats_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -110,16 +111,7 @@ async def test_a_2025_11_25_session_stays_with_the_front_end_that_made_it(capsul
             "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json",
         }
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "sticky", "version": "0"},
-            },
-        }
+        initialize = initialize_request("sticky")
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
         async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
             made = await http.post(a.url, json=initialize)

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from astrid.host.auth import oidc
 from astrid.host.auth.oidc import MAX_TOKEN_CHARS, JwtVerifier
 from astrid.host.errors import AuthConfigError
+from astrid.host.log_throttle import LogThrottles
 from tests.support.jwks import AUDIENCE, ISSUER, Issuer, forge, serve_jwks, unused_loopback_url
 
 LOGGER = "astrid.host.auth.oidc"
@@ -246,3 +248,40 @@ def test_cached_keys_keep_working_while_a_refetch_fails(issuer: Issuer, caplog: 
 def test_a_jwks_url_open_to_tampering_is_refused_at_start(url: str) -> None:
     with pytest.raises(AuthConfigError, match="https"):
         JwtVerifier(url, ISSUER, AUDIENCE)
+
+
+# -- the log -------------------------------------------------------------------------------------
+
+
+def test_a_spray_of_bad_tokens_logs_a_line_per_reason_not_a_line_per_token(
+    issuer: Issuer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(oidc, "LogThrottles", lambda every_s: LogThrottles(every_s, clock=lambda: now[0]))
+    verifier = verifier_for(issuer)
+    expired = issuer.mint(issuer.claims(exp=int(time.time()) - 120))
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for n in range(300):
+            assert verifier.principal_for(f"not-a-token-{n}") is None
+            assert verifier.principal_for(expired) is None
+        lines = [record.getMessage() for record in caplog.records if record.name == LOGGER]
+        assert len(lines) == 2, lines  # the first of each reason: malformed, expired
+
+        now[0] += oidc.REFUSAL_LINE_EVERY_S  # a period later the next line counts what was not said
+        caplog.clear()
+        assert verifier.principal_for(expired) is None
+    [line] = [record.getMessage() for record in caplog.records if record.name == LOGGER]
+    assert "expired" in line and "299 more refused" in line and expired not in line
+
+
+def test_an_unexpected_error_is_logged_with_its_text_never_the_token(
+    issuer: Issuer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(token: str) -> tuple[str, str]:
+        raise RuntimeError(f"cannot parse {token}\nWARNING forged line")
+
+    monkeypatch.setattr(oidc, "_screen_header", broken)
+    token = issuer.mint(issuer.claims())
+    reason = "unexpected RuntimeError while verifying it: 'cannot parse <token>"
+    assert_refused(verifier_for(issuer), token, caplog, reason)  # one line, without the token

@@ -10,12 +10,19 @@ from astrid.host.bus import Bus, InMemoryBus, Principal
 from astrid.host.contract.topics import FRONT_DOOR_CLIENT
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import ThreadDispatcher
+from tests.host.broker.kinds import KINDS, Kind
 
 
 @pytest.fixture(params=["threads", "inline"])
 def bus(request) -> Bus:
     """The real Bus, with handlers on threads (as in the kernel) or inline."""
     return InMemoryBus(ThreadDispatcher() if request.param == "threads" else None)
+
+
+@pytest.fixture(params=KINDS, ids=lambda kind: kind.array)
+def kind(request) -> Kind:
+    """Each listing the broker merges by the shared rules: resources, then templates."""
+    return request.param
 
 
 @pytest.fixture

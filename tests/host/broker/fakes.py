@@ -31,6 +31,7 @@ from astrid.host.bus import (
     Principal,
     host_participant,
 )
+from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC
 from astrid.host.contract.uri_template import UriTemplate
 
 ALICE = Principal.verified("alice")
@@ -68,6 +69,12 @@ def template(uri_template: str, name: str | None = None, **extra) -> dict:
     return {"uri_template": uri_template, "name": name or uri_template, **extra}
 
 
+def capsules_loaded(bus: Bus, principal: Principal) -> None:
+    """Announce a capsule-set change of `principal` as the kernel does (system: everyone's)."""
+    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
+    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), principal).wait(5)
+
+
 def template_body(capsule: str, variables: dict[str, str]) -> str:
     """What a FakeCapsule serves for a URI one of its templates matches."""
     return f"{capsule}:{json.dumps(variables, sort_keys=True)}"
@@ -87,6 +94,7 @@ class FakeCapsule:
     silent_describe: bool = False
     describe_twice: dict | None = None  # a second reply sent after the first
     raw_describe: str | None = None  # replaces the describe reply payload verbatim
+    describe_as: Principal | None = None  # attribute the describe reply to this principal (a forgery)
     raw_read: Callable[[dict], str] | None = None  # replaces the read reply payload
     hang: threading.Event | None = None  # read handler blocks until set
     describes: int = 0
@@ -156,9 +164,10 @@ class FakeCapsule:
             payload = self.raw_describe
         else:
             payload = json.dumps({"resources": self.resources.get(who, []) if who else []})
-        self.bus.publish(self.participant, topic, payload, message.principal)
+        principal = self.describe_as or message.principal
+        self.bus.publish(self.participant, topic, payload, principal)
         if self.describe_twice is not None:
-            self.bus.publish(self.participant, topic, json.dumps(self.describe_twice), message.principal)
+            self.bus.publish(self.participant, topic, json.dumps(self.describe_twice), principal)
 
     def _on_read(self, message: Message) -> None:
         self.reads += 1

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from astrid.host.bus import InMemoryBus, Principal, host_participant
-from astrid.host.contract.frontdoor import ReadResourceRequest
-from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT, FRONT_DOOR_READ, reply_topic
+from astrid.host.bus import Principal, host_participant
+from astrid.host.contract.frontdoor import CompletionReply, FailureCode, ReadResourceReply, ReadResourceRequest
+from astrid.host.contract.topics import FRONT_DOOR_CLIENT, FRONT_DOOR_COMPLETE, FRONT_DOOR_READ, reply_topic
 from astrid.host.limits import Limits
-from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, resource, text
+from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, capsules_loaded, resource, template, text
 
 
 def uris(resources) -> list[str]:
@@ -22,206 +22,6 @@ def uris(resources) -> list[str]:
 
 
 # -- describe ---------------------------------------------------------------------------
-
-
-def test_list_merges_every_capsule_sorted_by_uri(bus, make_broker):
-    FakeCapsule(bus, "docs", resources={"alice": [resource("astrid://docs/b"), resource("astrid://docs/a")]})
-    FakeCapsule(bus, "intro", resources={"alice": [resource("astrid://intro/capsules", title="Capsules")]})
-    _, client = make_broker(bus)
-
-    listed = client(ALICE).list_resources()
-
-    assert uris(listed) == ["astrid://docs/a", "astrid://docs/b", "astrid://intro/capsules"]
-    assert listed[2].title == "Capsules"
-
-
-def test_list_keeps_every_field(bus, make_broker):
-    full = resource(
-        "astrid://docs/full",
-        "full",
-        title="Full",
-        description="every field",
-        mime_type="text/markdown",
-        size=42,
-        annotations={"audience": ["user", "assistant"], "priority": 0.5, "last_modified": "2025-01-12T15:00:58Z"},
-        icons=[{"src": "data:image/png;base64,AAAA", "mime_type": "image/png", "sizes": ["48x48"], "theme": "dark"}],
-        meta=json.dumps({"com.example/origin": "test"}),
-    )
-    FakeCapsule(bus, "docs", resources={"alice": [full]})
-    _, client = make_broker(bus)
-
-    [listed] = client(ALICE).list_resources()
-
-    assert listed.to_wire() == full
-
-
-@pytest.mark.parametrize("slow", ["src-a", "src-b"])
-def test_uri_collision_first_source_id_wins_whatever_the_arrival_order(threaded_bus, make_broker, caplog, slow):
-    bus = threaded_bus
-    for name, source in (("capa", "src-a"), ("capb", "src-b")):
-        FakeCapsule(
-            bus,
-            name,
-            source_id=source,
-            resources={"alice": [resource("astrid://shared/x", f"from-{source}")]},
-            describe_delay=0.05 if source == slow else 0.0,
-        )
-    _, client = make_broker(bus)
-
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
-        [listed] = client(ALICE).list_resources()
-
-    assert listed.name == "from-src-a"
-    audit = [r.getMessage() for r in caplog.records if r.name == "astrid.host.broker.audit"]
-    assert len(audit) == 1
-    for needle in ("astrid://shared/x", "src-a", "src-b", "verified(alice)"):
-        assert needle in audit[0]
-
-
-def test_each_principal_gets_only_its_own_resources(bus, make_broker):
-    FakeCapsule(
-        bus,
-        "notes",
-        resources={"alice": [resource("astrid://notes/alice")], "bob": [resource("astrid://notes/bob")]},
-    )
-    _, client = make_broker(bus)
-
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/alice"]
-    assert uris(client(BOB).list_resources()) == ["astrid://notes/bob"]
-
-
-def test_reply_attributed_to_another_principal_is_dropped(bus, make_broker):
-    """A rogue responder answers alice's describe as bob: never in alice's list."""
-    FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/alice")]})
-    rogue = host_participant("rogue", "src-rogue", publish=["resource.v1.response.*"])
-
-    from astrid.host.bus import Binding
-
-    def answer_as_bob(message):
-        payload = json.dumps({"resources": [resource("astrid://rogue/x")]})
-        bus.publish(rogue, "resource.v1.response.describe.rogue", payload, BOB)
-
-    bus.bind(Binding(rogue, "resource.v1.request.describe", answer_as_bob))
-    _, client = make_broker(bus)
-
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/alice"]
-
-
-def test_a_second_reply_from_one_source_is_dropped_and_logged(bus, make_broker, caplog):
-    FakeCapsule(
-        bus,
-        "twice",
-        resources={"alice": [resource("astrid://twice/first")]},
-        describe_twice={"resources": [resource("astrid://twice/second")]},
-    )
-    _, client = make_broker(bus)
-
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
-        listed = client(ALICE).list_resources()
-
-    assert uris(listed) == ["astrid://twice/first"]
-    assert any("second describe reply from src-twice" in r.getMessage() for r in caplog.records)
-
-
-def test_a_bad_entry_is_dropped_not_the_whole_reply(bus, make_broker):
-    entries = [
-        resource("astrid://ok/1"),
-        {"uri": "astrid://bad/no-name"},
-        resource("astrid://bad/size", size="12"),  # wrong type
-        resource("astrid://bad/long-title", title="x" * 5000),
-        resource("astrid://bad/meta-type", meta={"not": "a string"}),  # wrong type: the entry goes
-        resource("astrid://ok/2"),
-        resource("astrid://ok/meta-array", meta="[1, 2]"),  # not an object: only the field goes
-        resource("astrid://ok/meta-big", meta=json.dumps({"k": "v" * 5000})),  # over the cap: only the field goes
-    ]
-    FakeCapsule(bus, "mixed", resources={"alice": entries})
-    _, client = make_broker(bus)
-
-    listed = client(ALICE).list_resources()
-    assert uris(listed) == ["astrid://ok/1", "astrid://ok/2", "astrid://ok/meta-array", "astrid://ok/meta-big"]
-    assert all(r.meta is None for r in listed)
-
-
-def test_an_over_size_reply_is_dropped_and_logged(bus, make_broker, caplog):
-    limits = Limits(resources_per_describe=3)
-    FakeCapsule(bus, "big", resources={"alice": [resource(f"astrid://big/{i}") for i in range(4)]})
-    FakeCapsule(bus, "small", resources={"alice": [resource("astrid://small/1")]})
-    _, client = make_broker(bus, limits)
-
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
-        assert uris(client(ALICE).list_resources()) == ["astrid://small/1"]
-    assert any(
-        "src-big dropped" in r.getMessage() and "more than the limit of 3" in r.getMessage() for r in caplog.records
-    )
-
-
-def test_garbage_replies_are_ignored(bus, make_broker):
-    FakeCapsule(bus, "garbage", raw_describe='"just a string"')
-    FakeCapsule(bus, "nolist", raw_describe='{"resources": {"uri": "x"}}')
-    FakeCapsule(bus, "fine", resources={"alice": [resource("astrid://fine/1")]})
-    _, client = make_broker(bus)
-
-    assert uris(client(ALICE).list_resources()) == ["astrid://fine/1"]
-
-
-def test_per_principal_cap(bus, make_broker):
-    limits = Limits(resources_per_principal=3)
-    FakeCapsule(bus, "many", resources={"alice": [resource(f"astrid://many/{i}") for i in range(5)]})
-    broker, client = make_broker(bus, limits)
-
-    assert uris(client(ALICE).list_resources()) == [f"astrid://many/{i}" for i in range(3)]
-    assert set(broker.cache.get(ALICE).owners) == {f"astrid://many/{i}" for i in range(3)}
-
-
-def test_snapshot_is_cached_per_principal_and_never_crosses(bus, make_broker):
-    capsule = FakeCapsule(
-        bus, "notes", resources={"alice": [resource("astrid://notes/a")], "bob": [resource("astrid://notes/b")]}
-    )
-    _, client = make_broker(bus)
-
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
-    assert capsule.describes == 1  # the second list was a cache hit
-    # bob's list is a miss for bob, whatever alice has cached
-    assert uris(client(BOB).list_resources()) == ["astrid://notes/b"]
-    assert capsule.describes == 2
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a"]
-    assert capsule.describes == 2
-
-
-def test_capsules_loaded_invalidates_that_principals_snapshot_only(bus, make_broker):
-    capsule = FakeCapsule(
-        bus, "notes", resources={"alice": [resource("astrid://notes/a")], "bob": [resource("astrid://notes/b")]}
-    )
-    _, client = make_broker(bus)
-    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
-    client(ALICE).list_resources()
-    client(BOB).list_resources()
-    assert capsule.describes == 2
-
-    capsule.resources["alice"].append(resource("astrid://notes/a2"))
-    capsule.resources["bob"].append(resource("astrid://notes/b2"))
-    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
-
-    assert uris(client(ALICE).list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
-    assert uris(client(BOB).list_resources()) == ["astrid://notes/b"]  # still cached for bob
-    assert capsule.describes == 3
-
-
-def test_an_empty_round_keeps_the_previous_snapshot(bus, make_broker):
-    limits = Limits(describe_window_s=0.3)
-    capsule = FakeCapsule(bus, "flaky", resources={"alice": [resource("astrid://flaky/1")]})
-    broker, client = make_broker(bus, limits)
-    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1"]
-
-    broker.invalidate(ALICE)
-    capsule.silent_describe = True  # received, but no reply this round
-    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1"]
-    assert capsule.describes == 2
-
-    capsule.silent_describe = False  # the kept snapshot is stale: the next list asks again
-    capsule.resources["alice"].append(resource("astrid://flaky/2"))
-    assert uris(client(ALICE).list_resources()) == ["astrid://flaky/1", "astrid://flaky/2"]
 
 
 def test_no_capsule_at_all_is_an_empty_list_not_a_kept_snapshot(bus, make_broker):
@@ -261,41 +61,6 @@ def test_describe_window_bounds_a_hanging_capsule(threaded_bus, make_broker):
 
     assert uris(listed) == ["astrid://fast/x"]  # best effort: slow reappears next time
     assert 0.95 < elapsed < 2.5  # the window, not the slow capsule's 5 s
-
-
-def test_concurrent_lists_share_one_round(threaded_bus, make_broker):
-    capsule = FakeCapsule(threaded_bus, "c", resources={"alice": [resource("astrid://c/x")]}, describe_delay=0.1)
-    _, client = make_broker(threaded_bus)
-    results: list[list[str]] = []
-
-    def run():
-        results.append(uris(client(ALICE).list_resources()))
-
-    threads = [threading.Thread(target=run) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert results == [["astrid://c/x"]] * 5
-    assert capsule.describes == 1
-
-
-def test_unverified_principals_list_nothing(bus, make_broker):
-    capsule = FakeCapsule(bus, "c", resources={"alice": [resource("astrid://c/x")]})
-    _, client = make_broker(bus)
-    assert client(Principal.claimed("alice")).list_resources() == []
-    assert capsule.describes == 0
-
-
-def test_list_reply_is_trimmed_to_one_bus_message(make_broker):
-    bus = InMemoryBus(max_payload_bytes=4000)
-    for half in (0, 1):
-        entries = [resource(f"astrid://wide/{half}{i}", description="d" * 300) for i in range(8)]
-        FakeCapsule(bus, f"wide{half}", resources={"alice": entries})
-    _, client = make_broker(bus)
-    listed = client(ALICE).list_resources()
-    assert 8 < len(listed) < 16
-    assert uris(listed) == sorted(f"astrid://wide/{h}{i}" for h in (0, 1) for i in range(8))[: len(listed)]
 
 
 # -- read ---------------------------------------------------------------------------------
@@ -518,24 +283,48 @@ def test_read_at_the_byte_limit_is_served(bus, make_broker):
 # -- the confused-deputy gate ---------------------------------------------------------------
 
 
-def _raw_read(bus, sender, principal, uri="astrid://c/x", req_id="r1"):
-    with bus.subscribe(sender, reply_topic(req_id), principal_scope=principal) as sub:
-        bus.publish(sender, FRONT_DOOR_READ, ReadResourceRequest(req_id=req_id, uri=uri).to_json(), principal)
+def _ask(bus, sender, principal, topic, request: dict) -> dict:
+    """One raw front-door request from `sender`, and its reply."""
+    with bus.subscribe(sender, reply_topic(request["req_id"]), principal_scope=principal) as sub:
+        bus.publish(sender, topic, json.dumps(request), principal)
         message = sub.recv(5)
     assert message is not None
     return json.loads(message.payload)
 
 
-def test_read_from_an_untrusted_participant_is_denied(bus, make_broker):
-    capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}})
+def _raw_read(bus, sender, principal):
+    return _ask(bus, sender, principal, FRONT_DOOR_READ, ReadResourceRequest(req_id="r1", uri="astrid://c/x").to_wire())
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload", "served", "calls"),
+    [
+        (FRONT_DOOR_READ, {"req_id": "r1", "uri": "astrid://c/x"}, "contents", "reads"),
+        (
+            FRONT_DOOR_COMPLETE,
+            {"req_id": "r1", "uri_template": "astrid://c/{x}", "argument_name": "x", "argument_value": ""},
+            "values",
+            "completes",
+        ),
+    ],
+    ids=["read", "complete"],
+)
+def test_a_request_from_an_untrusted_participant_is_denied(bus, make_broker, topic, payload, served, calls):
+    capsule = FakeCapsule(
+        bus,
+        "c",
+        contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}},
+        templates={"alice": [template("astrid://c/{x}")]},
+        completion_values={"x": ["secret-ish"]},
+    )
     make_broker(bus)
     stranger = FRONT_DOOR_CLIENT.participant()  # right ACLs, but not the trusted ingress
 
-    reply = _raw_read(bus, stranger, ALICE)
+    reply = _ask(bus, stranger, ALICE, topic, payload)
 
     assert reply["error"]["code"] == "denied"
-    assert "contents" not in reply or reply["contents"] == []
-    assert capsule.reads == 0
+    assert reply.get(served, []) == []
+    assert getattr(capsule, calls) == 0
 
 
 @pytest.mark.parametrize("principal", [Principal.claimed("alice"), Principal.system()])
@@ -561,14 +350,20 @@ def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
     assert reply["kind"] == "resource.read" and reply["req_id"] == "r1"
 
 
-def test_invalid_read_request_gets_invalid_request(bus, make_broker):
+@pytest.mark.parametrize(
+    ("topic", "payload", "reply_model"),
+    [
+        (FRONT_DOOR_READ, {"req_id": "r2", "uri": 7}, ReadResourceReply),
+        (FRONT_DOOR_COMPLETE, {"req_id": "r2", "argument_name": 3}, CompletionReply),
+    ],
+    ids=["read", "complete"],
+)
+def test_a_malformed_front_door_request_is_answered_invalid(bus, make_broker, topic, payload, reply_model):
     broker, _ = make_broker(bus)
     trusted = FRONT_DOOR_CLIENT.participant()
     broker.front_doors.trust(trusted.source_id)
-    with bus.subscribe(trusted, reply_topic("r2"), principal_scope=ALICE) as sub:
-        bus.publish(trusted, FRONT_DOOR_READ, json.dumps({"req_id": "r2", "uri": 7}), ALICE)
-        message = sub.recv(5)
-    assert json.loads(message.payload)["error"]["code"] == "invalid_request"
+    reply = reply_model.model_validate(_ask(bus, trusted, ALICE, topic, payload))
+    assert reply.error is not None and reply.error.code is FailureCode.INVALID_REQUEST
 
 
 def test_over_long_uri_is_an_invalid_request(bus, make_broker):
@@ -641,7 +436,6 @@ def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(b
     the front-door client reuses its last validation: neither may go stale."""
     capsule = FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/a")]})
     _, client = make_broker(bus)
-    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
     alice = client(ALICE)  # one client, as the MCP server holds one
     asker = host_participant(
         "asker", "asker-1", publish=["astrid.v1.request.mcp.*"], subscribe=["astrid.v1.response.*"]
@@ -659,7 +453,7 @@ def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(b
     assert uris(alice.list_resources()) == ["astrid://notes/a"]
     assert uris(alice.list_resources()) == ["astrid://notes/a"]
     capsule.resources["alice"].append(resource("astrid://notes/a2"))
-    bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
+    capsules_loaded(bus, ALICE)
     assert uris(alice.list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
     assert raw_list("third")["req_id"] == "third"
     assert len(raw_list("fourth")["resources"]) == 2

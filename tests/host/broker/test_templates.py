@@ -8,17 +8,12 @@ import threading
 
 import pytest
 
-from astrid.host.bus import InMemoryBus, Principal, host_participant
-from astrid.host.contract.frontdoor import CompletionReply, FailureCode
-from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC, FRONT_DOOR_CLIENT, FRONT_DOOR_COMPLETE, reply_topic
+from astrid.host.bus import Principal
+from astrid.host.contract.frontdoor import FailureCode
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, resource, template, template_body, text
 
 FILES = "astrid://files/{+path}"
-
-
-def texts(templates) -> list[str]:
-    return [t.uri_template for t in templates]
 
 
 def body(reply) -> str:
@@ -27,234 +22,40 @@ def body(reply) -> str:
     return chunk.text
 
 
-def audit_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "astrid.host.broker.audit"]
+# -- the templates fan-out (the rules it shares with describe: test_listings.py) --------------
 
 
-def announce(bus, principal: Principal) -> None:
-    kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
-    bus.publish(kernel, CAPSULES_LOADED_TOPIC, '{"status":"ready","capsules":[]}', principal).wait(5)
-
-
-# -- the templates fan-out ------------------------------------------------------------------
-
-
-def test_templates_merge_every_capsule_sorted(bus, make_broker):
-    FakeCapsule(bus, "files", templates={"alice": [template(FILES, "file"), template("astrid://files/by-id/{id}")]})
-    FakeCapsule(bus, "logs", templates={"alice": [template("astrid://logs/{day}", title="Logs")]})
-    FakeCapsule(bus, "plain", resources={"alice": [resource("astrid://plain/x")]})  # knows nothing of templates
-    _, client = make_broker(bus)
-
-    listed = client(ALICE).list_templates()
-
-    assert texts(listed) == ["astrid://files/by-id/{id}", FILES, "astrid://logs/{day}"]
-    assert listed[2].title == "Logs"
-
-
-def test_templates_keep_every_field(bus, make_broker):
-    full = template(
-        FILES,
-        "files",
-        title="Files",
-        description="any file",
-        mime_type="text/plain",
-        annotations={"audience": ["assistant"], "priority": 0.25, "last_modified": "2025-01-12T15:00:58Z"},
-        icons=[{"src": "data:image/png;base64,AAAA", "mime_type": "image/png", "sizes": ["any"], "theme": "light"}],
-        meta=json.dumps({"com.example/kind": "fs"}),
-    )
-    FakeCapsule(bus, "files", templates={"alice": [full]})
-    _, client = make_broker(bus)
-
-    [listed] = client(ALICE).list_templates()
-
-    assert listed.to_wire() == full
-
-
-def test_templates_are_per_principal_and_only_for_a_verified_one(bus, make_broker):
-    capsule = FakeCapsule(
-        bus, "notes", templates={"alice": [template("astrid://notes/alice/{id}")], "bob": [template("astrid://b/{x}")]}
-    )
-    _, client = make_broker(bus)
-
-    assert texts(client(ALICE).list_templates()) == ["astrid://notes/alice/{id}"]
-    assert texts(client(BOB).list_templates()) == ["astrid://b/{x}"]
-    calls = capsule.template_calls
-    assert client(Principal.claimed("alice")).list_templates() == []
-    assert client(Principal.system()).list_templates() == []
-    assert capsule.template_calls == calls  # no capsule was asked
-
-
-def test_a_templates_reply_attributed_to_another_principal_is_dropped(bus, make_broker):
-    FakeCapsule(bus, "honest", templates={"alice": [template("astrid://honest/{id}")]})
-    FakeCapsule(bus, "forger", templates={"alice": [template("astrid://forged/{id}")]}, templates_as=BOB)
-    _, client = make_broker(bus)
-
-    assert texts(client(ALICE).list_templates()) == ["astrid://honest/{id}"]
-
-
-def test_a_second_templates_reply_from_one_source_is_dropped(bus, make_broker, caplog):
-    FakeCapsule(
-        bus,
-        "twice",
-        templates={"alice": [template("astrid://twice/{a}")]},
-        templates_twice={"templates": [template("astrid://twice/second/{b}")]},
-    )
-    _, client = make_broker(bus)
-
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
-        assert texts(client(ALICE).list_templates()) == ["astrid://twice/{a}"]
-    assert any("second templates reply from src-twice" in r.getMessage() for r in caplog.records)
-
-
-def test_a_bad_template_is_dropped_alone(bus, make_broker):
-    entries = [
-        template("astrid://ok/{a}"),
-        {"uri_template": "astrid://bad/no-name/{a}"},
-        template("astrid://bad/{a}{b}"),  # two variables with nothing between them
-        template("astrid://bad/{#frag}"),  # another RFC 6570 operator
-        template("astrid://bad/plain"),  # no variable: a resource, not a template
-        template("astrid://bad/{a}/{a}"),  # a name used twice
-        template("astrid://bad/title/{a}", title="x" * 5000),
-        template("astrid://ok/{a}"),  # declared twice: the first entry is kept
-        template("astrid://ok/meta/{a}", meta="[1]"),  # not an object: only the field goes
-    ]
-    FakeCapsule(bus, "mixed", templates={"alice": entries})
-    _, client = make_broker(bus)
-
-    listed = client(ALICE).list_templates()
-
-    assert texts(listed) == ["astrid://ok/meta/{a}", "astrid://ok/{a}"]
-    assert listed[0].meta is None
-
-
-def test_an_over_size_templates_reply_is_dropped_whole(bus, make_broker, caplog):
-    FakeCapsule(bus, "huge", templates={"alice": [template(f"astrid://huge/{i}/{{x}}") for i in range(65)]})
-    FakeCapsule(bus, "fine", templates={"alice": [template("astrid://fine/{x}")]})
-    _, client = make_broker(bus)
-
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
-        assert texts(client(ALICE).list_templates()) == ["astrid://fine/{x}"]
-    assert any("65 templates, more than the limit of 64" in r.getMessage() for r in caplog.records)
-
-
-@pytest.mark.parametrize("raw", ['"a string"', "[]", '{"templates": 3}', '{"resources": []}'])
-def test_garbage_templates_replies_are_ignored(bus, make_broker, raw):
-    FakeCapsule(bus, "junk", raw_templates=raw)
-    FakeCapsule(bus, "fine", templates={"alice": [template("astrid://fine/{x}")]})
-    _, client = make_broker(bus)
-    assert texts(client(ALICE).list_templates()) == ["astrid://fine/{x}"]
-
-
-@pytest.mark.parametrize("slow", ["src-a", "src-b"])
-def test_a_shared_uri_template_goes_to_the_first_source_id_with_an_audit_line(threaded_bus, make_broker, caplog, slow):
-    bus = threaded_bus
-    for name, source in (("capa", "src-a"), ("capb", "src-b")):
+def test_the_first_source_id_owns_a_shared_uri_template_for_reads_and_completions(bus, make_broker):
+    for source in ("src-b", "src-a"):  # the winner is not the first to bind
         FakeCapsule(
             bus,
-            name,
+            f"cap-{source}",
             source_id=source,
-            templates={"alice": [template("astrid://shared/{id}", f"from-{source}")]},
+            templates={"alice": [template("astrid://shared/{id}")]},
             completion_values={"id": [f"{source}-1"]},
-            templates_delay=0.05 if source == slow else 0.0,
         )
-    broker, client = make_broker(bus)
+    _, client = make_broker(bus)
 
-    with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
-        [listed] = client(ALICE).list_templates()
-
-    assert listed.name == "from-src-a"
-    [line] = audit_lines(caplog)
-    for needle in ("astrid://shared/{id}", "src-a", "src-b", "verified(alice)"):
-        assert needle in line
-    # the winner owns it everywhere: reads and completions
-    assert body(client(ALICE).read_resource("astrid://shared/7")) == template_body("capa", {"id": "7"})
+    assert body(client(ALICE).read_resource("astrid://shared/7")) == template_body("cap-src-a", {"id": "7"})
     assert client(ALICE).complete("astrid://shared/{id}", "id", "").values == ["src-a-1"]
-    assert broker.template_snapshot(ALICE).owner_of("astrid://shared/{id}") == "src-a"
-
-
-def test_templates_are_capped_per_principal(bus, make_broker):
-    FakeCapsule(bus, "many", templates={"alice": [template(f"astrid://many/{i}/{{x}}") for i in range(5)]})
-    broker, client = make_broker(bus, Limits(templates_per_principal=3))
-
-    listed = client(ALICE).list_templates()
-
-    assert texts(listed) == [f"astrid://many/{i}/{{x}}" for i in range(3)]
-    assert broker.template_snapshot(ALICE).owner_of("astrid://many/4/{x}") is None
 
 
 # -- the cache ------------------------------------------------------------------------------
 
 
-def test_templates_are_cached_and_invalidated_with_the_describe_snapshot(bus, make_broker):
-    files = FakeCapsule(bus, "files", templates={"alice": [template(FILES)], "bob": [template(FILES)]})
+def test_a_refresh_of_either_list_asks_for_templates_again(bus, make_broker):
+    files = FakeCapsule(bus, "files", templates={"alice": [template(FILES)]})
     _, client = make_broker(bus)
-
     client(ALICE).list_templates()
     client(ALICE).list_templates()
-    client(BOB).list_templates()
-    assert files.template_calls == 2  # once per principal
-
-    # a capsule-set change of alice: her templates are asked again, bob's are not
-    files.templates["alice"].append(template("astrid://files/new/{x}"))
-    announce(bus, ALICE)
-    assert texts(client(ALICE).list_templates()) == ["astrid://files/new/{x}", FILES]
-    client(BOB).list_templates()
-    assert files.template_calls == 3
+    assert files.template_calls == 1
 
     # a refresh asks again; so does a forced describe round (the same refresh)
     client(ALICE).list_templates(refresh=True)
-    assert files.template_calls == 4
+    assert files.template_calls == 2
     client(ALICE).list_resources(refresh=True)
     client(ALICE).list_templates()
-    assert files.template_calls == 5
-
-
-def test_a_system_wide_change_invalidates_every_principals_templates(bus, make_broker):
-    files = FakeCapsule(bus, "files", templates={"alice": [template(FILES)], "bob": [template(FILES)]})
-    _, client = make_broker(bus)
-    client(ALICE).list_templates(), client(BOB).list_templates()
-
-    announce(bus, Principal.system())
-    client(ALICE).list_templates(), client(BOB).list_templates()
-
-    assert files.template_calls == 4
-
-
-def test_a_templates_round_with_no_usable_reply_keeps_the_previous_snapshot(bus, make_broker):
-    files = FakeCapsule(bus, "files", templates={"alice": [template(FILES)]})
-    _, client = make_broker(bus)
-    assert texts(client(ALICE).list_templates()) == [FILES]
-
-    files.silent_templates = True
-    announce(bus, ALICE)
-    assert texts(client(ALICE).list_templates()) == [FILES]  # a lost race, not "no templates"
-    files.silent_templates = False
-    assert texts(client(ALICE).list_templates()) == [FILES]
-    assert files.template_calls == 3  # the kept snapshot is stale, so it was asked again
-
-
-def test_concurrent_template_lists_share_one_round(threaded_bus, make_broker):
-    files = FakeCapsule(threaded_bus, "files", templates={"alice": [template(FILES)]}, templates_delay=0.1)
-    _, client = make_broker(threaded_bus)
-    results: list[list[str]] = []
-    threads = [threading.Thread(target=lambda: results.append(texts(client(ALICE).list_templates()))) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert results == [[FILES]] * 6
-    assert files.template_calls == 1
-
-
-def test_the_templates_reply_is_trimmed_to_one_bus_message(make_broker):
-    bus = InMemoryBus(max_payload_bytes=4000)
-    for half in (0, 1):
-        entries = [template(f"astrid://wide/{half}{i}/{{x}}", description="d" * 300) for i in range(8)]
-        FakeCapsule(bus, f"wide{half}", templates={"alice": entries})
-    _, client = make_broker(bus)
-    listed = client(ALICE).list_templates()
-    assert 8 < len(listed) < 16
-    assert texts(listed) == sorted(f"astrid://wide/{h}{i}/{{x}}" for h in (0, 1) for i in range(8))[: len(listed)]
+    assert files.template_calls == 3
 
 
 # -- reads: listed > longest-prefix template > broadcast ------------------------------------
@@ -501,37 +302,6 @@ def test_completion_needs_a_verified_principal(bus, make_broker):
         outcome = broker.complete(principal, "astrid://files/{dir}/{name}", "name", "")
         assert outcome.error is not None and outcome.error.code is FailureCode.DENIED
     assert files.completes == 0
-
-
-def test_completion_from_an_untrusted_participant_is_denied(bus, make_broker):
-    files = files_capsule(bus)
-    make_broker(bus)
-    stranger = FRONT_DOOR_CLIENT.participant()  # right ACLs, but not the trusted ingress
-    request = {
-        "req_id": "r1",
-        "uri_template": "astrid://files/{dir}/{name}",
-        "argument_name": "name",
-        "argument_value": "",
-    }
-    with bus.subscribe(stranger, reply_topic("r1"), principal_scope=ALICE) as replies:
-        bus.publish(stranger, FRONT_DOOR_COMPLETE, json.dumps(request), ALICE)
-        message = replies.recv(5)
-    assert message is not None
-    reply = CompletionReply.model_validate_json(message.payload)
-    assert reply.error is not None and reply.error.code is FailureCode.DENIED
-    assert files.completes == 0
-
-
-def test_a_malformed_completion_request_is_answered_invalid(bus, make_broker):
-    broker, _ = make_broker(bus)
-    ingress = FRONT_DOOR_CLIENT.participant()
-    broker.front_doors.trust(ingress.source_id)
-    with bus.subscribe(ingress, reply_topic("r2"), principal_scope=ALICE) as replies:
-        bus.publish(ingress, FRONT_DOOR_COMPLETE, json.dumps({"req_id": "r2", "argument_name": 3}), ALICE)
-        message = replies.recv(5)
-    assert message is not None
-    reply = CompletionReply.model_validate_json(message.payload)
-    assert reply.error is not None and reply.error.code is FailureCode.INVALID_REQUEST
 
 
 def test_a_completion_after_the_owner_was_rebuilt_goes_to_the_new_build(bus, make_broker):

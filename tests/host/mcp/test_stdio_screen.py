@@ -10,6 +10,7 @@ import pytest
 
 from astrid.host.mcp.stdio import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, _Pending, inspect_line
 from astrid.host.toolpaths import tool_path
+from tests.support.jsonrpc import initialize_request
 
 
 def screen(line: str) -> dict | None:
@@ -55,16 +56,7 @@ def test_requests_read_before_end_of_input_are_all_answered(tmp_path) -> None:
     """`printf '...' | astrid mcp serve`: stdin ends right after the requests;
     the answers still come, then it exits."""
     requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "pipe", "version": "0"},
-            },
-        },
+        initialize_request("pipe"),
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
         {"jsonrpc": "2.0", "id": "three", "method": "resources/read", "params": {"uri": "astrid://nobody/here"}},
