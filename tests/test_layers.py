@@ -20,10 +20,11 @@ The rules (docs/design.md, "Layer rules"):
   toolpaths, owner_file) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
 - module by module: the bus's implementations are the composition root's
-  choice. Only the root (`runtime`) imports the NATS bus, and the layers
-  that talk over the bus (`contract`, `broker`, `mcp`) never import the
-  in-memory one: they see the interface (`bus.base`, `bus.topics`, the
-  package's names).
+  choice. Only the root (`runtime`) imports the NATS bus, the package
+  `bus.nats` or any of its modules (inside the bus layer, only the
+  package's own modules import them), and the layers that talk over the
+  bus (`contract`, `broker`, `mcp`) never import the in-memory one: they
+  see the interface (`bus.base`, `bus.topics`, the package's names).
 
 Imports inside functions and under TYPE_CHECKING count too: a layer that
 needs another one "only lazily" still depends on it.
@@ -74,7 +75,7 @@ FORBIDDEN: dict[str, set[str]] = {
 # Modules (not layers) a layer must not import, on top of FORBIDDEN.
 NATS_BUS, MEMORY_BUS = "astrid.host.bus.nats", "astrid.host.bus.memory"
 FORBIDDEN_MODULES: dict[str, set[str]] = {
-    **{layer: {NATS_BUS} for layer in LAYERS if layer not in ("bus", "runtime")},
+    **{layer: {NATS_BUS} for layer in LAYERS if layer != "runtime"},
     **{layer: {NATS_BUS, MEMORY_BUS} for layer in ("contract", "broker", "mcp")},
 }
 
@@ -99,19 +100,29 @@ def host_layer(module: str) -> str | None:
     return parts[2] if parts[2] in LAYERS else None
 
 
-def violations(layer: str, source: str) -> list[str]:
-    """The imports in `source` (a module of `layer`) that the rules forbid."""
-    forbidden, modules = FORBIDDEN.get(layer, set()), FORBIDDEN_MODULES.get(layer, set())
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def violations(layer: str, source: str, module: str = "") -> list[str]:
+    """The imports in `source` (`module`, of `layer`) that the rules forbid; a package's own
+    modules may import each other."""
+    forbidden = FORBIDDEN.get(layer, set())
+    modules = {bad for bad in FORBIDDEN_MODULES.get(layer, set()) if not within(module, bad)}
     return sorted(
-        m
-        for m in imported_modules(source)
-        if host_layer(m) in forbidden or any(m == bad or m.startswith(bad + ".") for bad in modules)
+        m for m in imported_modules(source) if host_layer(m) in forbidden or any(within(m, bad) for bad in modules)
     )
 
 
 def layer_of(path: Path) -> str:
     relative = path.relative_to(HOST)
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def module_name(path: Path) -> str:
+    """`host/bus/nats/bus.py` -> `astrid.host.bus.nats.bus`; a package's `__init__.py` -> the package."""
+    parts = path.relative_to(HOST).with_suffix("").parts
+    return ".".join(("astrid", "host", *(parts[:-1] if parts[-1] == "__init__" else parts)))
 
 
 def host_modules() -> list[Path]:
@@ -125,7 +136,7 @@ def test_the_rules_cover_every_layer_folder() -> None:
 
 @pytest.mark.parametrize("path", host_modules(), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_layer_imports_one_it_must_not(path: Path) -> None:
-    found = violations(layer_of(path), path.read_text(encoding="utf-8"))
+    found = violations(layer_of(path), path.read_text(encoding="utf-8"), module_name(path))
     assert found == [], f"{path.relative_to(REPO)} ({layer_of(path)}) must not import {found}"
 
 
@@ -151,6 +162,9 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("contract", "from astrid.host.bus.nats import ClusterTopics"),
         ("broker", "from astrid.host.bus.memory import InMemoryBus"),
         ("kernel", "import astrid.host.bus.nats"),
+        ("kernel", "from astrid.host.bus.nats.membership import Membership"),
+        ("mcp", "from astrid.host.bus.nats import subjects"),
+        ("bus", "from astrid.host.bus.nats.rounds import ClusterDelivery"),
     ],
 )
 def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:
@@ -160,3 +174,10 @@ def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:
 def test_allowed_imports_pass() -> None:
     source = "from astrid.host.bus import Bus\nfrom astrid.host.contract.topics import BROKER\nimport json\n"
     assert violations("broker", source) == []
+
+
+def test_only_the_nats_bus_itself_imports_its_modules() -> None:
+    source = "from astrid.host.bus.nats.tracking import Tracker\n"
+    assert violations("bus", source, "astrid.host.bus.memory") != []
+    assert violations("bus", source, "astrid.host.bus.nats.bus") == []
+    assert violations("runtime", source, "astrid.host.runtime") == []

@@ -59,7 +59,7 @@ FRONT_DOOR_REPLIES = FRONT_DOOR_REPLY_PREFIX + "*"
 CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
 # The broker -> front-door clients: an announcement it checked, for the principal it names.
 RESOURCE_UPDATED_EVENT = "astrid.v1.resource_updated"
-# Between hosts on NATS (host/bus/nats.py): heartbeats and per-request done reports.
+# Between hosts on NATS (host/bus/nats/): heartbeats and per-request done reports.
 HOST_CLUSTER = ClusterTopics(
     pattern="astrid.v1.host.*", heartbeat="astrid.v1.host.heartbeat", done_prefix="astrid.v1.host.done."
 )

@@ -74,8 +74,8 @@ def wait_for(check, timeout_s: float = 10) -> None:
 
 
 def groups_seen(mcp: NatsBus, host: NatsBus) -> bool:
-    with mcp._state_lock:
-        seen = mcp._hosts.get(host.host_id)
+    with mcp._members.lock:
+        seen = mcp._members.hosts.get(host.host_id)
         return seen is not None and GROUP in seen.groups
 
 

@@ -1,0 +1,187 @@
+"""The other hosts: who is alive and what it runs (heartbeats, goodbyes, expiry), and pings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from astrid.host.bus.nats.connection import Connection
+from astrid.host.bus.nats.envelope import H_HOST
+from astrid.host.bus.nats.groups import QueueGroups
+from astrid.host.bus.topics import ClusterTopics
+
+log = logging.getLogger(__package__)  # log lines keep naming astrid.host.bus.nats
+
+HEARTBEAT_S = 1.0
+HOST_TIMEOUT_S = 3.5
+PONG_WAIT_S = 0.6  # a pinged host silent this long is taken for dead: its claims are retried
+
+
+@dataclass
+class Host:
+    role: str
+    capsules: tuple[str, ...]
+    seen: float
+    groups: frozenset[str] = frozenset()  # the queue groups it serves requests in
+
+
+class Membership:
+    """What this host knows of the others, from their heartbeats and answers."""
+
+    def __init__(
+        self, connection: Connection, cluster: ClusterTopics, host_id: str, role: str, changed: Callable[[], None]
+    ) -> None:
+        self._connection = connection
+        self._cluster = cluster
+        self._host_id = host_id
+        self._role = role
+        self._changed = changed  # the set of capsules served changed
+        # One lock for this and the tracker's rounds: a host's going releases its rounds in the same step.
+        self.lock = threading.Lock()
+        self.hosts: dict[str, Host] = {}
+        self.sources: dict[str, str] = {}  # a remote participant's source-id -> the host it speaks from
+        self._contact: dict[str, float] = {}  # host -> when it was last heard from
+        self._pinged: dict[str, float] = {}  # host -> when it was last pinged
+        # What the tracker does, under the lock, when a host goes or a host's groups change.
+        self.released: Callable[[str], None] = lambda host: None
+        self.regrouped: Callable[[], None] = lambda: None
+
+    # -- this host's beat ---------------------------------------------------------------
+
+    async def beat(self, capsule_set: Callable[[], Sequence[str]], groups: QueueGroups) -> None:
+        """Every HEARTBEAT_S: join the queue groups of the capsules run here, announce them, expire the silent."""
+        capsules: list[str] = []
+        while not self._connection.closed:
+            try:  # the kernel may be busy loading: never let it hold up the loop (keep the last set)
+                capsules = sorted(await asyncio.wait_for(asyncio.to_thread(capsule_set), HEARTBEAT_S / 2))
+            except Exception:
+                pass
+            if self._connection.closed:
+                break  # closing began while we waited: no beat (nor groups) after the goodbye
+            if groups.patterns and self._connection.connected:
+                await groups.sync({entry.rpartition("@")[2] for entry in capsules})
+            beat = {"host": self._host_id, "role": self._role, "capsules": capsules, "groups": sorted(groups.grouped)}
+            if self._connection.connected and not self._connection.closed:
+                await self._send(self._cluster.heartbeat, json.dumps(beat))
+            self.expire()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def goodbye(self) -> None:
+        """Say we leave: the others drop us at once."""
+        leaving = {"host": self._host_id, "role": self._role, "leaving": True}
+        await self._send(self._cluster.heartbeat, json.dumps(leaving))
+
+    # -- the others' beats ------------------------------------------------------------------
+
+    def on_heartbeat(self, data: bytes) -> None:
+        try:
+            beat = json.loads(data)
+            host, role = beat["host"], beat["role"]
+            groups = frozenset(g for g in beat.get("groups") or () if isinstance(g, str))
+        except (ValueError, KeyError, TypeError):
+            return
+        with self.lock:
+            before = self._served()
+            self._contact[host] = time.monotonic()
+            if beat.get("leaving"):
+                self.hosts.pop(host, None)
+                self.released(host)
+                self.sources = {source: seen for source, seen in self.sources.items() if seen != host}
+            else:
+                capsules = tuple(beat.get("capsules") or ())
+                known = self.hosts.get(host)
+                self.hosts[host] = Host(role, capsules, time.monotonic(), groups)
+                if known is not None and known.groups != groups:
+                    self.regrouped()
+            changed = self._served() != before
+        if changed:  # the capsules served changed (a replica more or less changes nothing)
+            log.info("NATS: host %s (%s) %s", host[:8], role, "left" if beat.get("leaving") else "changed or joined")
+            self._membership_changed()
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            before = frozenset(entry for seen in self.hosts.values() for entry in seen.capsules)
+            gone = [host for host, seen in self.hosts.items() if now - seen.seen > HOST_TIMEOUT_S]
+            for host in gone:
+                del self.hosts[host]
+                self._contact.pop(host, None)
+                self._pinged.pop(host, None)
+                self.released(host)
+            self.sources = {source: host for source, host in self.sources.items() if host in self.hosts}
+            changed = self._served() != before
+        for host in gone:
+            log.warning("NATS: host %s stopped its heartbeat; treating it as gone", host[:8])
+        if changed:
+            self._membership_changed()
+
+    def _membership_changed(self) -> None:
+        """Tell the host, off the loop: what it does (re-announcing) may wait on the kernel."""
+        threading.Thread(target=self._changed, name="astrid-nats-members", daemon=True).start()
+
+    # -- who is alive (call these under the lock) ------------------------------------------------
+
+    def live(self) -> dict[str, Host]:
+        now = time.monotonic()
+        return {host: seen for host, seen in self.hosts.items() if now - seen.seen <= HOST_TIMEOUT_S}
+
+    def _served(self) -> frozenset[str]:
+        """Every capsule the live hosts run."""
+        return frozenset(entry for seen in self.live().values() for entry in seen.capsules)
+
+    def served_groups(self) -> set[str]:
+        """The queue groups the live capsule hosts serve."""
+        return {group for seen in self.live().values() if seen.role == "capsules" for group in seen.groups}
+
+    def heard(self, host: str, now: float) -> None:
+        self._contact[host] = now
+
+    def silent(self, host: str, now: float) -> bool:
+        """Pinged, and not heard from for PONG_WAIT_S since: taken for dead."""
+        pinged = self._pinged.get(host)
+        return pinged is not None and self._contact.get(host, 0.0) < pinged and now - pinged > PONG_WAIT_S
+
+    def answered(self, host: str) -> bool:
+        """Not pinged yet, or it answered the last ping: it may be asked again."""
+        pinged = self._pinged.get(host)
+        return pinged is None or self._contact.get(host, 0.0) >= pinged
+
+    # -- from any thread ------------------------------------------------------------------
+
+    def spoke(self, source_id: str, host: str) -> None:
+        """A remote participant spoke from `host`."""
+        with self.lock:
+            self.sources[source_id] = host
+
+    def alive(self) -> dict[str, tuple[str, ...]]:
+        """The other hosts alive now, with their capsule sets."""
+        with self.lock:
+            return {host: seen.capsules for host, seen in self.live().items()}
+
+    def by_role(self) -> list[tuple[tuple[str, ...], float]]:
+        """The other hosts alive now, counted by role (the `astrid_nats_hosts` gauge)."""
+        with self.lock:
+            live = list(self.live().values())
+        counts: dict[str, int] = {}
+        for seen in live:
+            counts[seen.role] = counts.get(seen.role, 0) + 1
+        return [((role,), float(count)) for role, count in sorted(counts.items())]
+
+    # -- pings (on the loop) ------------------------------------------------------------------
+
+    def ping(self, hosts: Iterable[str], now: float) -> None:
+        for host in hosts:
+            self._pinged[host] = now
+            self._connection.loop.create_task(self._send(self._cluster.ping_prefix + host, "{}"))
+
+    async def pong(self, origin: str) -> None:
+        pong = json.dumps({"pong": True, "host": self._host_id})
+        await self._send(self._cluster.done_prefix + origin, pong)
+
+    async def _send(self, topic: str, payload: str) -> None:
+        await self._connection.send(topic, payload, {H_HOST: self._host_id})
