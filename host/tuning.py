@@ -192,9 +192,10 @@ class CliTuning:
     # HTTP worker threads: the per-principal cap (16) times a few principals, so one busy
     # principal never holds every thread
     http_worker_threads: int = 64
-    # `--workers`: how long a worker process may take to start, to be ready (the first
-    # start may compile every capsule), and to stop
-    worker_start_timeout_s: float = 10.0
+    # `--workers`: how long its nats-server may take to listen, its workers to host their
+    # capsules (the first start may compile every capsule), and a process told to stop
+    # to exit before it is killed
+    nats_start_timeout_s: float = 10.0
     worker_ready_timeout_s: float = 300.0
     worker_stop_timeout_s: float = 5.0
     # folder levels below PATH searched for capsules when none is at PATH or just below it,
