@@ -13,8 +13,6 @@ from astrid.cli.grant_cmd import capability_lines, grant_store, grants_option
 from astrid.cli.main import capsule
 
 MANIFEST_NAME = "Capsule.toml"
-SEARCH_DEPTH = 4  # folder levels below PATH searched for capsules when none is at PATH or just below it
-SEARCH_MAX_FOLDERS = 5000  # folders looked at in that search, at most
 _SEARCH_SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
 
@@ -39,15 +37,18 @@ def _capsule_folders(path: Path) -> list[Path]:
 
 
 def _deeper_capsules(path: Path) -> dict[Path, list[str]]:
-    """Folders 2..SEARCH_DEPTH levels below `path` that hold capsule folders: parent -> capsule names.
+    """Folders 2..`CLI_TUNING.capsule_search_depth` levels below `path` that hold capsule
+    folders: parent -> capsule names.
 
     Bounded: hidden folders, caches, virtualenvs and build outputs are skipped,
-    and at most SEARCH_MAX_FOLDERS folders are looked at.
+    and at most `CLI_TUNING.capsule_search_max_folders` folders are looked at.
     """
+    from astrid.host.tuning import CLI_TUNING  # here: the CLI's start stays light
+
     found: dict[Path, list[str]] = {}
     level = [path]
     looked = 0
-    for depth in range(1, SEARCH_DEPTH + 1):
+    for depth in range(1, CLI_TUNING.capsule_search_depth + 1):
         below: list[Path] = []
         for folder in level:
             try:
@@ -56,7 +57,7 @@ def _deeper_capsules(path: Path) -> dict[Path, list[str]]:
                 continue
             for child in children:
                 looked += 1
-                if looked > SEARCH_MAX_FOLDERS:
+                if looked > CLI_TUNING.capsule_search_max_folders:
                     return found
                 if child.name.startswith(".") or child.name in _SEARCH_SKIP or (child / "pyvenv.cfg").exists():
                     continue
@@ -71,10 +72,12 @@ def _deeper_capsules(path: Path) -> dict[Path, list[str]]:
 
 def _look_deeper(path: Path, command: str) -> str:
     """Where the capsules below `path` are, with the command that uses them; else how to make one."""
+    from astrid.host.tuning import CLI_TUNING
+
     deeper = _deeper_capsules(path)
     if not deeper:
         return (
-            f"none within {SEARCH_DEPTH} folder levels below it either "
+            f"none within {CLI_TUNING.capsule_search_depth} folder levels below it either "
             "(create a capsule with `astrid capsule new NAME`)"
         )
 

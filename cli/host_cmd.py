@@ -55,7 +55,8 @@ def host_run(
     (--metrics) and JSON log lines (--log-format json) as for `astrid mcp serve` (docs/operations.md).
     """
     from astrid.host.runtime import RuntimeConfig, make_kernel, watch_kernel
-    from astrid.host.watch import WATCH_INTERVAL_S, MountWatcher
+    from astrid.host.tuning import WATCH_TUNING
+    from astrid.host.watch import MountWatcher
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid-host")
     if bus_url is None:
@@ -80,7 +81,7 @@ def host_run(
         # A change to a file a resource read touched updates that resource for its subscribers
         # (the folders those reads looked under are polled; the MCP server's broker checks the news).
         watcher = MountWatcher(
-            kernel.read_folders, lambda _users: None, WATCH_INTERVAL_S, on_files=kernel.files_changed
+            kernel.read_folders, lambda _users: None, WATCH_TUNING.interval_s, on_files=kernel.files_changed
         )
         watcher.start()
         loaded = [result.name for result in report if result.ok]

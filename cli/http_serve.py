@@ -29,10 +29,6 @@ from astrid.cli.mcp_cmd import (
 )
 from astrid.cli.observe import Observability
 
-# Worker threads for requests: the per-principal cap (16) times a few
-# principals, so one busy principal never holds every thread.
-WORKER_THREADS = 64
-
 
 @dataclass
 class HttpOptions:
@@ -140,6 +136,7 @@ def serve_http(
     from astrid.host.mcp.http import HttpListener, HttpSettings
     from astrid.host.mcp.server import AstridMcpServer
     from astrid.host.runtime import Runtime, RuntimeConfig
+    from astrid.host.tuning import CLI_TUNING
 
     host, port = parse_address(options.address)
     limits = with_overrides(HttpLimits(), options.limits)
@@ -171,7 +168,10 @@ def serve_http(
         uvicorn_log_config=not output.json_lines,  # JSON lines: uvicorn's go through astrid's handlers
     )
     server = AstridMcpServer(
-        runtime, limits=runtime.limits, worker_threads=WORKER_THREADS, resource_tools=options.resource_tools
+        runtime,
+        limits=runtime.limits,
+        worker_threads=CLI_TUNING.http_worker_threads,
+        resource_tools=options.resource_tools,
     )
     try:
         listener = HttpListener(server, settings)

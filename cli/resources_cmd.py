@@ -44,19 +44,22 @@ def _hint(code: FailureCode) -> str:
 # fails). Without -v it is held back: a failed read is then one line, the error, which
 # says what went wrong (its log is what -v shows); a read that succeeds prints it after.
 _HELD_LOGGERS = ("astrid.capsule", "astrid.host.kernel.sandbox")
-_MAX_HELD = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class _HeldLogs(logging.Filter):
-    """Keeps the records of the loggers it filters (at most `_MAX_HELD`) instead of letting them out."""
+    """Keeps the records of the loggers it filters (at most `CLI_TUNING.held_log_records`)
+    instead of letting them out."""
 
     def __init__(self) -> None:
+        from astrid.host.tuning import CLI_TUNING  # lazy: keeps `astrid --help` quick
+
         super().__init__()
         self.records: list[logging.LogRecord] = []
+        self.max_held = CLI_TUNING.held_log_records
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if len(self.records) < _MAX_HELD:
+        if len(self.records) < self.max_held:
             self.records.append(record)
         return False
 

@@ -41,9 +41,6 @@ from astrid.cli.errors import UserError
 
 NATS_SERVER_ENV = "ASTRID_NATS_SERVER"  # a nats-server binary to use instead of the one installed
 READY_MARK = "astrid: hosting "  # `astrid host run` says this once its capsules are on the bus
-START_TIMEOUT_S = 10.0
-READY_TIMEOUT_S = 300.0  # the first start may compile every capsule
-STOP_TIMEOUT_S = 5.0
 
 ROLES = ("mcp", "capsules")
 
@@ -139,11 +136,13 @@ def _stop(process: subprocess.Popen) -> None:
 
 def _wait_or_kill(process: subprocess.Popen) -> None:
     """Wait for a process told to stop; kill it when it takes too long."""
+    from astrid.host.tuning import CLI_TUNING
+
     try:
-        process.wait(STOP_TIMEOUT_S)
+        process.wait(CLI_TUNING.worker_stop_timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.wait(STOP_TIMEOUT_S)
+        process.wait(CLI_TUNING.worker_stop_timeout_s)
 
 
 def write_private(path: Path, text: str) -> Path:
@@ -242,7 +241,9 @@ class LocalCluster:
         raise UserError(f"--workers: nats-server did not start on 127.0.0.1 ({last})")
 
     def _listening(self, process: subprocess.Popen) -> bool:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        from astrid.host.tuning import CLI_TUNING  # here: the CLI's start stays light
+
+        deadline = time.monotonic() + CLI_TUNING.nats_start_timeout_s
         while time.monotonic() < deadline and process.poll() is None:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
@@ -289,8 +290,13 @@ class LocalCluster:
                 click.echo(f"astrid: worker {number}: {body}", err=True)
         ready.set()  # ended: whoever waits looks at its exit status
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until every worker hosts its capsules; RuntimeError when one exits first or takes too long."""
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Until every worker hosts its capsules; RuntimeError when one exits first or takes too long
+        (None: `CLI_TUNING.worker_ready_timeout_s`)."""
+        from astrid.host.tuning import CLI_TUNING
+
+        if timeout_s is None:
+            timeout_s = CLI_TUNING.worker_ready_timeout_s
         deadline = time.monotonic() + timeout_s
         for number, (process, ready) in enumerate(zip(self.workers, self._ready, strict=True), start=1):
             if not ready.wait(max(0.0, deadline - time.monotonic())):

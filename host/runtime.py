@@ -53,7 +53,8 @@ from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.log_throttle import LogThrottle
 from astrid.host.telemetry import metrics
-from astrid.host.watch import WATCH_INTERVAL_S, FolderWatcher, MountWatcher, ValueWatcher, events
+from astrid.host.tuning import WATCH_TUNING
+from astrid.host.watch import FolderWatcher, MountWatcher, ValueWatcher, events
 
 log = logging.getLogger("astrid.host.runtime")
 
@@ -228,7 +229,7 @@ class Runtime:
         self._watcher: FolderWatcher | None = None
         self._mount_watcher: MountWatcher | None = None
         self._grant_watcher: ValueWatcher[dict[str, tuple[str, ...]] | None] | None = None
-        self._mount_lines = LogThrottle(MOUNT_LINE_EVERY_S)
+        self._mount_lines = LogThrottle(WATCH_TUNING.mount_line_every_s)
         self._closed = False
         # source-id -> name of every capsule loaded so far: the broker names capsules by it
         self._names: dict[str, str] = {}
@@ -313,7 +314,7 @@ class Runtime:
         self._record(report, time.perf_counter() - started)
         return self.status
 
-    def watch_folders(self, interval_s: float = WATCH_INTERVAL_S) -> FolderWatcher:
+    def watch_folders(self, interval_s: float = WATCH_TUNING.interval_s) -> FolderWatcher:
         """Hot reload: reload when a file under a capsule path changes."""
         if self._watcher is None:
             # the trust file too: a publisher trusted or removed re-checks the installed capsules
@@ -322,7 +323,7 @@ class Runtime:
             self._watcher.start()
         return self._watcher
 
-    def watch_mounts(self, interval_s: float = WATCH_INTERVAL_S) -> MountWatcher:
+    def watch_mounts(self, interval_s: float = WATCH_TUNING.interval_s) -> MountWatcher:
         """Freshness of live data: a change under a folder granted as an fs mount
         re-announces the capsule set to the principals using it, so their
         resource lists are described again (and clients get list_changed when
@@ -510,9 +511,6 @@ class Runtime:
 
 
 # -- what the server says while it runs (`astrid.events`) ---------------------------------
-
-# A folder written to all the time (a log) would otherwise print a line every poll.
-MOUNT_LINE_EVERY_S = 10.0
 
 
 def _who(principals: Iterable[Principal]) -> str:

@@ -23,25 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from astrid.host.tuning import WATCH_TUNING
+
 log = logging.getLogger("astrid.host.runtime")
 # What a person running a server wants to see by default (the CLI shows it as `astrid: ...` lines).
 events = logging.getLogger("astrid.events")
 V = TypeVar("V")
 
-WATCH_INTERVAL_S = 1.0
-MAX_FILES = 20_000
 _SKIP_DIRS = {"__pycache__", ".git", "node_modules", ".pytest_cache"}
-
-# The mount watcher's caps. Measured on Linux (ext4, warm cache): ~10 µs to list a
-# folder, ~1 µs per name read and ~4 µs more per file (its stat). So one mount
-# costs at most ~30 ms, and one poll at most ~0.1 s (each poll budget is overdrawn
-# by one mount at most), a tenth of the one-second interval, however many
-# folders, files, names in one folder or principals there are.
-MOUNT_MAX_DEPTH = 16  # twice what the files capsule lists (8 deep); a 10 000-deep chain then costs 17 listings
-MOUNT_MAX_FOLDERS = 1_000  # per mount, ~10 ms: a notes or docs tree has tens to hundreds
-MOUNT_MAX_ENTRIES = 5_000  # per mount, names read (files or not), ~25 ms: the files capsule lists 500 files
-POLL_MAX_FOLDERS = 2_000  # per poll over all mounts: once spent, the mounts not walked yet wait for the next poll
-POLL_MAX_ENTRIES = 10_000  # likewise for names read
 
 TreeSignature = frozenset[tuple[str, int, int]]
 
@@ -57,10 +46,14 @@ class WalkLimits:
     depth: int | None = None
 
 
-CAPSULE_LIMITS = WalkLimits(files=MAX_FILES)  # capsule folders are the operator's own
-# (every file read is a name read, so the names cap is the files cap as well)
+CAPSULE_LIMITS = WalkLimits(files=WATCH_TUNING.capsule_max_files)  # capsule folders are the operator's own
+# The mount watcher's caps (their costs: WatchTuning). Every file read is a name
+# read, so the names cap is the files cap as well.
 MOUNT_LIMITS = WalkLimits(
-    files=MOUNT_MAX_ENTRIES, folders=MOUNT_MAX_FOLDERS, entries=MOUNT_MAX_ENTRIES, depth=MOUNT_MAX_DEPTH
+    files=WATCH_TUNING.mount_max_entries,
+    folders=WATCH_TUNING.mount_max_folders,
+    entries=WATCH_TUNING.mount_max_entries,
+    depth=WATCH_TUNING.mount_max_depth,
 )
 
 
@@ -134,7 +127,7 @@ def _look_at(item: os.DirEntry[str], depth: int, limits: WalkLimits, seen: Walk,
 
 def tree_signature(roots: Iterable[Path], limits: WalkLimits = CAPSULE_LIMITS) -> TreeSignature:
     """(path, mtime, size) of the files under `roots` (dot-files and build litter
-    skipped, within `limits`, by default at most MAX_FILES): what any edit changes."""
+    skipped, within `limits`, by default at most `WATCH_TUNING.capsule_max_files`): what any edit changes."""
     seen = Walk(set())
     for root in roots:
         walk(root, limits, seen)
@@ -284,8 +277,8 @@ class MountWatcher:
         interval_s: float,
         *,
         limits: WalkLimits = MOUNT_LIMITS,
-        poll_folders: int = POLL_MAX_FOLDERS,
-        poll_entries: int = POLL_MAX_ENTRIES,
+        poll_folders: int = WATCH_TUNING.poll_max_folders,
+        poll_entries: int = WATCH_TUNING.poll_max_entries,
         on_files: Callable[[frozenset[str]], Any] | None = None,
     ) -> None:
         self.mounts = mounts

@@ -16,8 +16,8 @@ The rules (docs/design.md, "Layer rules"):
   imports no other layer;
 - `telemetry` (spans, metrics, JSON log lines) imports no other layer: the
   layers that say what they do import it;
-- the foundation modules beside them (errors, limits, settings, version,
-  toolpaths, owner_file) import no layer at all;
+- the foundation modules beside them (errors, limits, tuning, settings,
+  version, toolpaths, owner_file) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
 - module by module: the bus's implementations are the composition root's
   choice. Only the root (`runtime`) imports the NATS bus, the package
@@ -67,7 +67,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "identity": {"bus", "contract", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     "telemetry": set(LAYERS) - {"telemetry"},
     **{
-        foundation: set(LAYERS) for foundation in ("errors", "limits", "settings", "version", "toolpaths", "owner_file")
+        foundation: set(LAYERS)
+        for foundation in ("errors", "limits", "tuning", "settings", "version", "toolpaths", "owner_file")
     },
 }
 

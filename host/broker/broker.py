@@ -75,7 +75,7 @@ from astrid.host.broker.frontdoor import FrontDoors
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
-from astrid.host.broker.read_round import DRAIN_BATCH, ReadStatus, drain, owner_silent, resolve
+from astrid.host.broker.read_round import ReadStatus, drain, owner_silent, resolve
 from astrid.host.broker.templates import TemplatesResult, merge_templates
 from astrid.host.broker.updates import AnnouncementGate
 from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal
@@ -102,6 +102,7 @@ from astrid.host.contract.topics import (
 from astrid.host.contract.uri_template import UriTemplate
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.telemetry import metrics, tracing
+from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
 
@@ -253,7 +254,7 @@ class Broker:
             delivery = self.bus.publish(self.participant, topic, "{}", principal)
             finished = delivery.wait(self.limits.describe_window_s)
             messages: list[Message] = []
-            while batch := replies.poll(DRAIN_BATCH):
+            while batch := replies.poll(BROKER_TUNING.drain_batch_messages):
                 messages.extend(batch)
         return messages, delivery.receivers, finished
 

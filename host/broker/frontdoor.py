@@ -67,6 +67,7 @@ from astrid.host.contract.topics import (
     FRONT_DOOR_TEMPLATES,
     reply_topic,
 )
+from astrid.host.tuning import BROKER_TUNING
 
 if TYPE_CHECKING:
     from astrid.host.broker.broker import Broker
@@ -78,7 +79,6 @@ _Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
 # Stands for the req_id in a cached list reply: as long as the longest req_id
 # (128), so a reply trimmed to the bus limit still fits with the real one.
 _REQ_ID_SLOT = ("req-id-slot-" + uuid.uuid4().hex).ljust(128, "x")
-_LIST_PAYLOADS_KEPT = 256
 
 
 class FrontDoors:
@@ -156,7 +156,7 @@ class FrontDoors:
         its JSON is made once per snapshot and only the req_id is put in."""
         cached = self._list_payloads.get(principal)
         if cached is None or cached[0] is not resources:
-            if len(self._list_payloads) >= _LIST_PAYLOADS_KEPT:
+            if len(self._list_payloads) >= BROKER_TUNING.list_payloads_kept:
                 self._list_payloads.clear()
             cached = self._list_payloads[principal] = (resources, self._list_template(resources))
         return cached[1].replace(_REQ_ID_SLOT, req_id, 1)

@@ -34,6 +34,7 @@ from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import without_bad_meta
 from astrid.host.limits import Limits
+from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
 audit = logging.getLogger("astrid.host.broker.audit")
@@ -258,7 +259,12 @@ class CheckedReplies:
     URI authority, the log lines naming the capsule) is applied every time.
     Bounded in replies and in characters, least recently used out first."""
 
-    def __init__(self, max_replies: int = 512, max_chars: int = 4 * 1024 * 1024, max_reply_chars: int = 64 * 1024):
+    def __init__(
+        self,
+        max_replies: int = BROKER_TUNING.checked_replies_kept,
+        max_chars: int = BROKER_TUNING.checked_reply_chars_kept,
+        max_reply_chars: int = BROKER_TUNING.checked_reply_chars_max,
+    ) -> None:
         self._max_replies = max_replies
         self._max_chars = max_chars
         self._max_reply_chars = max_reply_chars  # a bigger reply is checked every time, never kept

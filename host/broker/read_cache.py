@@ -36,12 +36,11 @@ from typing import Protocol, TypeVar
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Principal
 from astrid.host.contract.resource import BlobChunk, TextChunk
+from astrid.host.tuning import BROKER_TUNING
 
 ASTRID_META_KEY = "astrid"
 MAX_AGE_KEY = "max_age_s"
 MAX_AGE_CAP_S = 86_400.0  # one day: a longer declaration is cut to this
-DEFAULT_MAX_ENTRIES = 1024
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _ENTRY_OVERHEAD = 256  # bytes counted per entry and per chunk besides the content
 
 Clock = Callable[[], float]
@@ -137,8 +136,8 @@ class ReadCache:
     def __init__(
         self,
         *,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_entries: int = BROKER_TUNING.read_cache_entries,
+        max_bytes: int = BROKER_TUNING.read_cache_bytes,
         clock: Clock = time.monotonic,
     ) -> None:
         self.max_entries = max_entries

@@ -28,14 +28,10 @@ from astrid.host.broker.read_reply import ReadOutcome, check_read_reply
 from astrid.host.bus import Delivery, Message, Principal, Subscription
 from astrid.host.contract.frontdoor import FailureCode
 from astrid.host.limits import Limits
+from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
 audit = logging.getLogger("astrid.host.broker.audit")
-
-# How often a drain looks at the delivery between replies; bounds the extra
-# latency of a not-found answer.
-READ_SLICE_S = 0.004
-DRAIN_BATCH = 4096
 
 
 class ReadStatus(Enum):
@@ -107,14 +103,14 @@ def drain(
 
     while True:
         finished = delivery.finished
-        if any(take(message) for message in replies.poll(DRAIN_BATCH)):
+        if any(take(message) for message in replies.poll(BROKER_TUNING.drain_batch_messages)):
             break
         if finished:
             break  # every receiver is done and its replies were polled above
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        message = replies.recv(min(remaining, READ_SLICE_S))
+        message = replies.recv(min(remaining, BROKER_TUNING.read_slice_s))
         if message is not None and take(message):
             break
     drained.finished = delivery.finished

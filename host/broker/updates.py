@@ -29,12 +29,9 @@ from collections.abc import Callable
 from astrid.host.bus import Principal
 from astrid.host.limits import DEFAULT_SUBSCRIPTION_LIMITS, SubscriptionLimits
 from astrid.host.log_throttle import LogThrottle
+from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
-
-FLOOD_LINE_EVERY_S = 60.0
-MAX_BUCKETS = 4096  # (capsule, principal) pairs whose rate is kept; the least recently seen go first
-MAX_REFUSED_NAMED = 4096  # capsules whose refusals were said once
 
 
 class _Bucket:
@@ -68,7 +65,7 @@ class AnnouncementGate:
             bucket = self._buckets.get(key)
             if bucket is None:
                 bucket = self._buckets[key] = _Bucket(float(burst), now)
-                while len(self._buckets) > MAX_BUCKETS:
+                while len(self._buckets) > BROKER_TUNING.announcement_buckets:
                     self._buckets.popitem(last=False)
             else:
                 self._buckets.move_to_end(key)
@@ -79,7 +76,7 @@ class AnnouncementGate:
                 return True
             self.limited += 1
             if bucket.flood_lines is None:
-                bucket.flood_lines = LogThrottle(FLOOD_LINE_EVERY_S, clock=self._clock)
+                bucket.flood_lines = LogThrottle(BROKER_TUNING.flood_line_every_s, clock=self._clock)
             skipped = bucket.flood_lines.ready()
             if skipped is None:
                 return False
@@ -100,6 +97,6 @@ class AnnouncementGate:
             if source_id in self._refused:
                 return False
             self._refused[source_id] = None
-            while len(self._refused) > MAX_REFUSED_NAMED:
+            while len(self._refused) > BROKER_TUNING.refused_capsules_named:
                 self._refused.popitem(last=False)
             return True

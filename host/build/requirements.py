@@ -38,12 +38,12 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 
 from astrid.host.errors import BuildError
+from astrid.host.tuning import BUILD_TUNING
 
 REQUIREMENTS_FILE = "requirements.txt"
 GUEST_PYTHON = "3.14"  # the CPython componentize-py 0.25 bundles
 PURE_TARGET = ("--platform", "any", "--implementation", "py", "--python-version", GUEST_PYTHON, "--abi", "none")
 SITE_FORMAT = "astrid-site-1"  # bump when the way a site is installed changes
-PIP_TIMEOUT_S = 900.0
 TREE_FILE = "tree.sha256"
 # Option lines a capsule's requirements.txt may hold (where packages come from, hash checking).
 SOURCE_OPTIONS = {"--index-url": True, "-i": True, "--extra-index-url": True, "--find-links": True, "-f": True}
@@ -332,9 +332,9 @@ def _pip(args: list[str], cwd: Path, progress: Progress | None, phase: str | Non
                 break
             except subprocess.TimeoutExpired:
                 elapsed = time.perf_counter() - started
-                if elapsed > PIP_TIMEOUT_S:
+                if elapsed > BUILD_TUNING.pip_timeout_s:
                     raise BuildError(
-                        f"pip took longer than {PIP_TIMEOUT_S:.0f} s to install {REQUIREMENTS_FILE}"
+                        f"pip took longer than {BUILD_TUNING.pip_timeout_s:.0f} s to install {REQUIREMENTS_FILE}"
                     ) from None
                 if progress is not None and phase is not None:
                     progress(phase, elapsed)

@@ -23,14 +23,9 @@ from astrid.host.bus.base import Binding, IpcErrorCode, Message, Participant, Pr
 from astrid.host.bus.topics import pattern_matches, topic_problem
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
+from astrid.host.tuning import BUS_TUNING
 
 log = logging.getLogger(__name__)
-
-QUEUE_CAPACITY = 1024
-# A backstop across all of a participant's instances (one per principal); the
-# host ABI caps each capsule instance at 128 live subscriptions.
-MAX_SUBSCRIPTIONS_PER_SOURCE = 8192
-MAX_TOPICS_REMEMBERED = 4096  # the topic -> bindings lookup; emptied when full
 
 
 class InMemorySubscription:
@@ -59,7 +54,7 @@ class InMemorySubscription:
         with self._cond:
             if self.closed:
                 return
-            if len(self._queue) >= QUEUE_CAPACITY:
+            if len(self._queue) >= BUS_TUNING.subscription_queue_messages:
                 self._queue.popleft()
                 self.dropped += 1
                 self.lagged += 1
@@ -225,7 +220,7 @@ class InMemoryBus:
         """The bindings whose pattern matches `topic` (call with the lock held; never change the list)."""
         bindings = self._bindings_for.get(topic)
         if bindings is None:
-            if len(self._bindings_for) >= MAX_TOPICS_REMEMBERED:
+            if len(self._bindings_for) >= BUS_TUNING.topics_remembered:
                 self._bindings_for.clear()
             bindings = self._bindings_for[topic] = [b for b in self._bindings if pattern_matches(b.pattern, topic)]
         return bindings
@@ -278,7 +273,7 @@ class InMemoryBus:
         subscription = InMemorySubscription(self, owner, pattern, principal_scope)
         with self._lock:
             live = sum(1 for s in self._subscriptions if s.owner.source_id == owner.source_id)
-            if live >= MAX_SUBSCRIPTIONS_PER_SOURCE:
+            if live >= BUS_TUNING.subscriptions_per_source:
                 raise BusError(IpcErrorCode.QUOTA, "too many subscriptions")
             self._subscriptions.append(subscription)
         return subscription

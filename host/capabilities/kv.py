@@ -19,13 +19,13 @@ import threading
 from pathlib import Path
 
 from astrid.host.capabilities.errors import CapabilityError
+from astrid.host.tuning import CAPABILITY_TUNING
 
 MAX_KEY_BYTES = 256
 MAX_VALUE_BYTES = 1 << 20
 MAX_KEYS = 10_000
 MAX_NAMESPACE_BYTES = 64 << 20
 MAX_LISTED = 1024
-BUSY_TIMEOUT_MS = 5000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -74,8 +74,10 @@ class KvStore:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))  # private from the first byte
-        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection = sqlite3.connect(
+            self.path, timeout=CAPABILITY_TUNING.kv_busy_timeout_ms / 1000, isolation_level=None
+        )
+        connection.execute(f"PRAGMA busy_timeout = {CAPABILITY_TUNING.kv_busy_timeout_ms}")
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute(_SCHEMA)
         self._local.connection = connection

@@ -17,7 +17,8 @@ namespaces, limits and quotas as `kv.KvStore`:
   leaves the counter high by one value (never low): quotas stay safe.
 
 Calls come from guest threads; they run on the bus's NATS event loop and
-wait for it (`NatsBus.call`), bounded by `CALL_TIMEOUT_S`.
+wait for it (`NatsBus.call`), bounded by
+`CAPABILITY_TUNING.kv_nats_call_timeout_s`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from typing import Any
 
 from astrid.host.capabilities.errors import CapabilityError
 from astrid.host.capabilities.kv import MAX_KEYS, MAX_LISTED, MAX_NAMESPACE_BYTES, MAX_VALUE_BYTES, _check_key
+from astrid.host.tuning import CAPABILITY_TUNING
 
 BUCKET = "astrid-kv"
-CALL_TIMEOUT_S = 5.0
-MAX_ATTEMPTS = 64  # compare-and-set rounds before giving up (only under a storm of writers to one namespace)
 
 
 def kv_permissions() -> list[str]:
@@ -96,11 +96,13 @@ class NatsKvStore:
             return await make(await self._bucket())
 
         try:
-            return self.bus.call(run(), CALL_TIMEOUT_S)
+            return self.bus.call(run(), CAPABILITY_TUNING.kv_nats_call_timeout_s)
         except (CapabilityError, KeyWrongLastSequenceError):
             raise
         except TimeoutError:
-            raise CapabilityError("unknown", f"kv: no answer from the NATS server in {CALL_TIMEOUT_S:g} s") from None
+            raise CapabilityError(
+                "unknown", f"kv: no answer from the NATS server in {CAPABILITY_TUNING.kv_nats_call_timeout_s:g} s"
+            ) from None
         except Exception as exc:
             raise CapabilityError("unknown", f"kv: {_reason(exc)}") from None
 
@@ -153,7 +155,7 @@ class NatsKvNamespace:
         async def set_(kv: Any) -> None:
             from nats.js.errors import KeyWrongLastSequenceError
 
-            for _ in range(MAX_ATTEMPTS):
+            for _ in range(CAPABILITY_TUNING.kv_nats_max_attempts):
                 old = await _entry(kv, name)
                 delta = (0, size - (len(key.encode()) + len(old.value or b""))) if old else (1, size)
                 if not await self._count(kv, *delta, check=True):
@@ -177,7 +179,7 @@ class NatsKvNamespace:
         async def delete(kv: Any) -> None:
             from nats.js.errors import APIError
 
-            for _ in range(MAX_ATTEMPTS):
+            for _ in range(CAPABILITY_TUNING.kv_nats_max_attempts):
                 old = await _entry(kv, name)
                 if old is None:
                     return
@@ -245,7 +247,7 @@ class NatsKvNamespace:
         return True
 
     async def _undo(self, kv: Any, keys: int, size: int) -> None:
-        for _ in range(MAX_ATTEMPTS):
+        for _ in range(CAPABILITY_TUNING.kv_nats_max_attempts):
             if await self._count(kv, -keys, -size, check=False):
                 return
 

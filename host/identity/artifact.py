@@ -54,6 +54,7 @@ from astrid.host.errors import ManifestError
 from astrid.host.identity.errors import ArtifactError
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, namespace_problem, parse_manifest
 from astrid.host.toolpaths import wasm_tools
+from astrid.host.tuning import IDENTITY_TUNING
 
 SUFFIX = ".capsule"
 METADATA_FORMAT = 1
@@ -80,7 +81,6 @@ WASM_MAGIC = b"\0asm"
 COMPONENT_VERSION = b"\x0d\x00\x01\x00"  # version 13, layer 1: a component (a core module is 01 00 00 00)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PACKAGE = re.compile(r"[a-z0-9-]+:[a-z0-9-]+(/[a-z0-9-]+)*(@[0-9A-Za-z.+-]+)?")
-_TOOL_TIMEOUT_S = 60
 
 
 def sha256(data: bytes) -> str:
@@ -498,7 +498,11 @@ def inspect_component(component: bytes, where: str) -> tuple[tuple[str, ...], tu
 def _wasm_tools(args: list[str], component: bytes, where: str) -> Any:
     try:
         result = subprocess.run(
-            [wasm_tools(), *args], input=component, capture_output=True, timeout=_TOOL_TIMEOUT_S, check=False
+            [wasm_tools(), *args],
+            input=component,
+            capture_output=True,
+            timeout=IDENTITY_TUNING.wasm_tools_timeout_s,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ArtifactError(f"cannot run wasm-tools on {where}: {exc} (reinstall astrid-py)") from None

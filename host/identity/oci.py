@@ -60,6 +60,7 @@ import oras.provider  # type: ignore[import-untyped]
 import requests
 
 from astrid.host.errors import IdentityError
+from astrid.host.tuning import IDENTITY_TUNING
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ TITLE_ANNOTATION = "org.opencontainers.image.title"
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # what containerd and distribution allow a manifest
-TIMEOUT_S = (10.0, 120.0)  # connect, then each read
 
 EXAMPLES = "e.g. oci://registry.example.com/team/notes:1.0 or oci://127.0.0.1:5000/notes@sha256:<64 hex>"
 
@@ -233,7 +233,7 @@ class _Session(requests.Session):
     """oras's session, with a timeout on every request (oras sets none)."""
 
     def request(self, method, url, *args, **kwargs):
-        kwargs.setdefault("timeout", TIMEOUT_S)
+        kwargs.setdefault("timeout", (IDENTITY_TUNING.oci_connect_timeout_s, IDENTITY_TUNING.oci_read_timeout_s))
         return super().request(method, url, *args, **kwargs)
 
 

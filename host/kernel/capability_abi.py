@@ -38,6 +38,7 @@ from astrid.host.kernel.file_tracking import ReadKey, ReadTracker
 from astrid.host.kernel.routing import requested_uri
 from astrid.host.kernel.wit_values import record
 from astrid.host.telemetry import metrics, tracing
+from astrid.host.tuning import KERNEL_TUNING
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -70,7 +71,6 @@ _CASES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"timeout", "body-too-large", "too-many-redirects"}),
     ),
 }
-_GATEWAYS_KEPT = 64
 KINDS = {FS: "fs", KV: "kv", HTTP: "http"}
 
 
@@ -258,7 +258,7 @@ class CapabilityAbi:
         with self._lock:
             gateway = self._gateways.get(key)
             if gateway is None:
-                if len(self._gateways) >= _GATEWAYS_KEPT:  # grants changed many times: start over
+                if len(self._gateways) >= KERNEL_TUNING.http_gateways_kept:  # grants changed many times: start over
                     for stale in self._gateways.values():
                         stale.close()
                     self._gateways.clear()

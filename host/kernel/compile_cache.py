@@ -27,10 +27,9 @@ from wasmtime.component import Component
 from astrid.host.kernel.cache_seal import CacheSeal
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
 from astrid.host.settings import CACHE_DIR_ENV, path_setting
+from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
-
-IN_PROCESS_COMPILE_MAX_BYTES = 1 << 20
 
 
 def default_cache_dir() -> Path:
@@ -117,7 +116,7 @@ class CompileCache:
 
     def _compile_and_store(self, wasm: bytes, entry: Path) -> Component:
         engine = self.wasm_engine.engine
-        if len(wasm) > IN_PROCESS_COMPILE_MAX_BYTES and self._compile_in_child(wasm, entry):
+        if len(wasm) > KERNEL_TUNING.in_process_compile_max_bytes and self._compile_in_child(wasm, entry):
             self.seal.sign(entry)
             try:
                 return Component.deserialize_file(engine, str(entry))

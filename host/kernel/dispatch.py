@@ -23,9 +23,9 @@ the pool between them; a third capsule's lane then waits for its turn in
 line, one call of each lane ahead of it, never behind their whole queues.)
 
 A call that waited longer than `stale_after_s` is dropped unrun (whoever
-sent it has stopped waiting), and so is one past `LANE_DEPTH` waiting calls.
-Every call ends in exactly one `delivery.handler_finished()`: run, dropped,
-or still waiting when the dispatcher closes.
+sent it has stopped waiting), and so is one past `KERNEL_TUNING.lane_depth`
+waiting calls. Every call ends in exactly one `delivery.handler_finished()`:
+run, dropped, or still waiting when the dispatcher closes.
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ from functools import partial
 
 from astrid.host.bus import Binding, Dispatcher, InMemoryDelivery, Message, Principal
 from astrid.host.telemetry import tracing
+from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
-
-LANE_DEPTH = 64
-STALE_AFTER_S = 5.0
 
 Lane = tuple[str, Principal]  # (capsule source-id, principal)
 # (binding, message, delivery, when queued, the publisher's trace context: None while tracing is off)
@@ -53,7 +51,10 @@ Call = tuple[Binding, Message, InMemoryDelivery, float, object]
 
 class PoolDispatcher(Dispatcher):
     def __init__(
-        self, capsule_workers: int | None = None, host_workers: int = 32, stale_after_s: float = STALE_AFTER_S
+        self,
+        capsule_workers: int | None = None,
+        host_workers: int = 32,
+        stale_after_s: float = KERNEL_TUNING.stale_after_s,
     ) -> None:
         self.workers = capsule_workers or max(8, 4 * (os.cpu_count() or 2))
         # Half: a capsule saturated by slow calls still leaves half the workers
@@ -105,7 +106,7 @@ class PoolDispatcher(Dispatcher):
                 self._lanes[lane] = deque([call])
                 self._turns.append(lane)
                 outcome = "start" if self._may_start(lane) else "queued"
-            elif len(queue) >= LANE_DEPTH:
+            elif len(queue) >= KERNEL_TUNING.lane_depth:
                 outcome = "full"
             else:  # the lane runs or is in line already: the call waits for the lane's turn
                 queue.append(call)

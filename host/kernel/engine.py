@@ -1,9 +1,9 @@
 """The one wasmtime Engine, with epoch interruption ticked by a daemon thread.
 
 Every guest call is bounded in wall time by an epoch deadline: the ticker
-increments the engine's epoch every `TICK_S`, and each call sets its deadline
-in ticks before entering the guest (a Store with epochs on and no deadline
-traps at once, even while instantiating).
+increments the engine's epoch every `KERNEL_TUNING.epoch_tick_s`, and each
+call sets its deadline in ticks before entering the guest (a Store with epochs
+on and no deadline traps at once, even while instantiating).
 
 Creating an engine installs the required `wasmtime_patches`, so a wasmtime
 they do not know is refused before anything is compiled for it.
@@ -18,8 +18,8 @@ from functools import lru_cache
 import wasmtime
 
 from astrid.host.kernel import wasmtime_patches
+from astrid.host.tuning import KERNEL_TUNING
 
-TICK_S = 0.01
 # Anything that changes the compiled code must be in the cache key.
 ENGINE_FLAGS = "epoch_interruption=1;cranelift"
 
@@ -35,12 +35,12 @@ class WasmEngine:
         self._ticker.start()
 
     def _tick(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(KERNEL_TUNING.epoch_tick_s):
             self.engine.increment_epoch()
 
     @staticmethod
     def deadline_ticks(seconds: float) -> int:
-        return max(1, math.ceil(seconds / TICK_S))
+        return max(1, math.ceil(seconds / KERNEL_TUNING.epoch_tick_s))
 
     def close(self) -> None:
         self._stop.set()

@@ -19,9 +19,9 @@ forgotten (`forget`): its new build records its own.
 `roots()` are the mount folders the recorded reads looked under: what a host
 with no mount watch of its own (`astrid host run`) polls.
 
-Bounded: `PATHS_PER_READ` paths per read (the rest is not watched),
-`READS_PER_SANDBOX` URIs per (capsule, principal) and `MAX_READS` in all, the
-least recently read forgotten first.
+Bounded (`KERNEL_TUNING.tracked_*`): paths per read (the rest is not watched),
+URIs per (capsule, principal) and URIs in all, the least recently read
+forgotten first.
 """
 
 from __future__ import annotations
@@ -33,10 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from astrid.host.bus import Principal
-
-PATHS_PER_READ = 64
-READS_PER_SANDBOX = 1024
-MAX_READS = 16_384
+from astrid.host.tuning import KERNEL_TUNING
 
 FILE = "file"
 FOLDER = "folder"
@@ -66,9 +63,9 @@ class ReadTracker:
     def __init__(
         self,
         *,
-        paths_per_read: int = PATHS_PER_READ,
-        reads_per_sandbox: int = READS_PER_SANDBOX,
-        max_reads: int = MAX_READS,
+        paths_per_read: int = KERNEL_TUNING.tracked_paths_per_read,
+        reads_per_sandbox: int = KERNEL_TUNING.tracked_reads_per_sandbox,
+        max_reads: int = KERNEL_TUNING.tracked_reads,
     ) -> None:
         self.paths_per_read = paths_per_read
         self.reads_per_sandbox = reads_per_sandbox

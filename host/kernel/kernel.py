@@ -66,15 +66,14 @@ from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manif
 from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
 from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
 from astrid.host.kernel.routing import accepts_for
-from astrid.host.kernel.sandbox import DEFAULT_MAX_INSTANCES, SandboxPool
+from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.kernel.static_replies import DYNAMIC, StaticReplies, StaticReply, StaticReplyStore
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.settings import default_grants_file, default_kv_file
+from astrid.host.tuning import KERNEL_TUNING
 from astrid.host.version import astrid_version
 
 log = logging.getLogger(__name__)
-
-LOAD_WORKERS = 4
 
 
 @dataclass
@@ -82,7 +81,7 @@ class KernelConfig:
     capsule_paths: list[Path] = field(default_factory=list)
     cache_dir: Path | None = None
     limits: Limits = DEFAULT_LIMITS
-    max_instances: int = DEFAULT_MAX_INSTANCES  # live sandboxes, over all (capsule, principal) pairs (LRU)
+    max_instances: int = KERNEL_TUNING.max_instances  # live sandboxes, over all (capsule, principal) pairs (LRU)
     # What the operator granted capsules, and where kv state lives (docs/capabilities.md);
     # None: the user's files (settings.default_grants_file, settings.data_dir).
     grants_file: Path | None = None
@@ -295,7 +294,9 @@ class Kernel:
 
         if len(folders) <= 1:
             return {folder: load(folder) for folder in folders}
-        with ThreadPoolExecutor(min(LOAD_WORKERS, len(folders)), thread_name_prefix="astrid-load") as pool:
+        with ThreadPoolExecutor(
+            min(KERNEL_TUNING.load_workers, len(folders)), thread_name_prefix="astrid-load"
+        ) as pool:
             return dict(zip(folders, pool.map(load, folders), strict=True))
 
     def _fail(

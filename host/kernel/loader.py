@@ -15,6 +15,7 @@ from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.kernel.provenance import LOCAL, Provenance, Vet
+from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,6 @@ def load_capsule(
 STALE_SOURCE_SUFFIXES = (".py",)
 STALE_SOURCE_NAMES = ("requirements.txt",)
 STALE_SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
-MAX_STALE_FILES = 5000  # files looked at before giving up (a capsule folder is small)
 
 
 def stale_component(folder: Path, manifest: Manifest | None = None) -> str | None:
@@ -132,7 +132,7 @@ def stale_component(folder: Path, manifest: Manifest | None = None) -> str | Non
 
     The source is every `.py` file of the capsule folder (hidden entries and
     caches skipped) and its `requirements.txt`. None also when it cannot tell:
-    no manifest, no component yet, or more than `MAX_STALE_FILES` files. A
+    no manifest, no component yet, or more than `KERNEL_TUNING.stale_check_max_files` files. A
     one-line message otherwise, naming the newest source file and the fix:
 
         app.py is newer than notes.wasm (changed after the last build): rebuild with `astrid capsule build notes`
@@ -154,7 +154,7 @@ def stale_component(folder: Path, manifest: Manifest | None = None) -> str | Non
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in STALE_SKIP_DIRS)
         for name in files:
             seen += 1
-            if seen > MAX_STALE_FILES:
+            if seen > KERNEL_TUNING.stale_check_max_files:
                 return None
             if name.startswith(".") or not (name.endswith(STALE_SOURCE_SUFFIXES) or name in STALE_SOURCE_NAMES):
                 continue

@@ -38,12 +38,9 @@ from astrid.host.kernel.engine import WasmEngine
 from astrid.host.kernel.loader import HOOK_EXPORT, LoadedCapsule
 from astrid.host.limits import Limits
 from astrid.host.telemetry import metrics, tracing
+from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
-
-QUARANTINE_AFTER = 5  # consecutive failed calls
-QUARANTINE_S = 30.0
-DEFAULT_MAX_INSTANCES = 256  # live sandboxes over all (capsule, principal) pairs
 
 
 @dataclass
@@ -135,7 +132,7 @@ class SandboxPool:
         wasm: WasmEngine,
         abi: HostAbi,
         limits: Limits,
-        max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_instances: int = KERNEL_TUNING.max_instances,
         *,
         quiet: bool = False,
     ) -> None:
@@ -401,9 +398,9 @@ class SandboxPool:
             health.last_error = outcome.error
             if outcome.status is CallStatus.TIMED_OUT:
                 health.timeouts += 1
-            quarantine = strikes.consecutive_failures >= QUARANTINE_AFTER
+            quarantine = strikes.consecutive_failures >= KERNEL_TUNING.quarantine_after_failures
             if quarantine:
-                strikes.quarantined_until = time.monotonic() + QUARANTINE_S
+                strikes.quarantined_until = time.monotonic() + KERNEL_TUNING.quarantine_s
                 strikes.consecutive_failures = 0
                 health.quarantined_until = max(health.quarantined_until, strikes.quarantined_until)
         if quarantine:
@@ -415,7 +412,7 @@ class SandboxPool:
             capsule.name,
             instance.principal,
             outcome.error,
-            f"; quarantined for {QUARANTINE_S:.0f} s" if quarantine else "",
+            f"; quarantined for {KERNEL_TUNING.quarantine_s:.0f} s" if quarantine else "",
         )
 
     def close(self) -> None:

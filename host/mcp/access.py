@@ -37,13 +37,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from astrid.host.telemetry import metrics
+from astrid.host.tuning import MCP_TUNING
 
 access_log = logging.getLogger("astrid.access")
 events = logging.getLogger("astrid.events")
 
 ACCESS_NOTE = "astrid.access"  # the ASGI scope key of a request's `AccessNote`
-FAILURES_EVERY_S = 10.0
-FAILURES_PER_WINDOW = 5
 MAX_FIELD_CHARS = 200
 _METHOD_IN_BODY = re.compile(rb'"method"\s*:\s*"([A-Za-z0-9_/.\-]{1,100})"')
 _METHOD_SCAN_BYTES = 2048
@@ -116,7 +115,11 @@ class FailureLog:
     """Refused credentials on `astrid.events`: at most `per_window` lines per `every_s`, the rest counted."""
 
     def __init__(
-        self, every_s: float = FAILURES_EVERY_S, per_window: int = FAILURES_PER_WINDOW, *, clock=time.monotonic
+        self,
+        every_s: float = MCP_TUNING.failed_login_window_s,
+        per_window: int = MCP_TUNING.failed_login_lines_per_window,
+        *,
+        clock=time.monotonic,
     ) -> None:
         self.every_s = every_s
         self.per_window = per_window

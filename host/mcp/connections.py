@@ -36,14 +36,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from astrid.host.limits import HttpLimits
 from astrid.host.log_throttle import LogThrottles
+from astrid.host.tuning import MCP_TUNING
 
 log = logging.getLogger("astrid.host.mcp.http")
 
-# Descriptors kept free for everything but client connections: capsule
-# files, the kv database, outbound HTTP, NATS, logs.
-RESERVED_FDS = 128
-SWEEP_EVERY_S = 0.25
-REPORT_EVERY_S = 10.0
 REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
 
@@ -121,7 +117,7 @@ class ConnectionGuard:
         ]
         for protocol, phase in late:
             self._close(protocol, "head deadline" if phase is Phase.HEAD else "body deadline")
-        if self.closed and now - self._reported_at >= REPORT_EVERY_S:
+        if self.closed and now - self._reported_at >= MCP_TUNING.connection_report_every_s:
             reasons = ", ".join(f"{count} at the {why}" for why, count in sorted(self.closed.items()))
             log.warning("closed connections in the last %.0f s: %s", now - self._reported_at, reasons)
             self.closed.clear()
@@ -213,7 +209,7 @@ class GuardedServer(uvicorn.Server):
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(SWEEP_EVERY_S)
+            await asyncio.sleep(MCP_TUNING.connection_sweep_every_s)
             self.guard.sweep()
 
 
@@ -252,4 +248,4 @@ def raise_fd_limit() -> int:
 
 def connection_cap(limits: HttpLimits, fd_limit: int) -> int:
     """The connection cap that fits under `fd_limit` with room for the rest of the server."""
-    return max(16, min(limits.connections, fd_limit - RESERVED_FDS))
+    return max(16, min(limits.connections, fd_limit - MCP_TUNING.reserved_fds))

@@ -33,9 +33,9 @@ from starlette.types import Scope
 from astrid.host.mcp.credential_watch import CredentialWatch, Watched
 from astrid.host.mcp.sdk_internals import SessionManagerHooks, requests_in_flight
 from astrid.host.telemetry import metrics
+from astrid.host.tuning import MCP_TUNING
 
 log = logging.getLogger("astrid.host.mcp.http")
-WARN_EVERY_S = 60.0
 
 # The credential of the request being admitted (set per request task).
 _opening_token: contextvars.ContextVar[AccessToken | None] = contextvars.ContextVar("opening_token", default=None)
@@ -108,8 +108,8 @@ class PrincipalSessionManager(SessionManagerHooks):
         own = [(sid, s) for sid, s in self._sessions.items() if s.principal == principal]
         idle = [(sid, s) for sid, s in own if not _busy(s.transport)]
         sid, session = (idle or own)[0]
-        now = time.monotonic()
-        if now - self._warned.get(principal, -WARN_EVERY_S) >= WARN_EVERY_S:  # once a minute per principal
+        now, every_s = time.monotonic(), MCP_TUNING.session_cap_warn_every_s
+        if now - self._warned.get(principal, -every_s) >= every_s:  # once a minute per principal
             self._warned[principal] = now
             log.warning("%s opened more than %d sessions: closing its oldest", principal or "(anonymous)", len(own))
         self._forget(sid)

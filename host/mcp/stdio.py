@@ -39,13 +39,11 @@ from typing import Any
 import anyio
 
 from astrid.host.mcp.sdk_internals import answered_id, stdio_streams
+from astrid.host.tuning import MCP_TUNING
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
-# How long, at end of input, answers to requests already read are waited for:
-# past the front door's worst case (two describe rounds and two read windows).
-DRAIN_S = 15.0
 
 
 def inspect_line(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -243,7 +241,7 @@ class _ScreenedLines:
         stop = self._stop
         if stop is not None and stop.requested and stop.on_stop is not None:
             stop.on_stop(len(self._pending.ids))
-        await self._pending.drained(DRAIN_S)
+        await self._pending.drained(MCP_TUNING.stdio_drain_s)
 
 
 @asynccontextmanager

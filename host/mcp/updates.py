@@ -37,10 +37,9 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent
 
 from astrid.host.limits import DEFAULT_SUBSCRIPTION_LIMITS, SubscriptionLimits
+from astrid.host.tuning import MCP_TUNING
 
 log = logging.getLogger("astrid.host.mcp")
-
-MAX_RECENT = 4096  # (principal, uri) pairs whose last update time is kept beyond the window
 
 Publish = Callable[[str, ServerEvent], Awaitable[None]]
 Spawn = Callable[..., Any]
@@ -157,7 +156,7 @@ class Subscriptions:
 
     def _mark(self, key: tuple[str, str], now: float) -> None:
         self._last[key] = now
-        if len(self._last) > MAX_RECENT:  # forget what is past its window
+        if len(self._last) > MCP_TUNING.recent_updates_kept:  # forget what is past its window
             window = self.limits.coalesce_s
             self._last = {k: at for k, at in self._last.items() if now - at < window}
 

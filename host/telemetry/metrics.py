@@ -9,10 +9,10 @@ files, start time), served by `serve()` on a listener of its own.
 Low cardinality by design: labels are methods of the MCP specification
 (anything else is `other`), JSON-RPC status codes the server itself
 answers, capsule names (the operator's own capsules, at most
-`MAX_CAPSULE_LABELS`, then `_other`), capability kinds and outcomes, and, for
-the session and stream gauges, at most `TOP_PRINCIPALS` principal names
-(those with the most open, the rest summed as `_other`). No URI, path,
-token or payload is ever a label.
+`TELEMETRY_TUNING.capsule_labels`, then `_other`), capability kinds and
+outcomes, and, for the session and stream gauges, at most
+`TELEMETRY_TUNING.top_principals` principal names (those with the most open,
+the rest summed as `_other`). No URI, path, token or payload is ever a label.
 
 Counters and histograms are recorded where things happen (the MCP layer,
 the broker, the kernel, the bus); gauges are read when scraped, from the
@@ -26,11 +26,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from astrid.host.tuning import TELEMETRY_TUNING
+
 # The flag every call site checks first (read as `metrics.on`).
 on: bool = False
 
-TOP_PRINCIPALS = 10
-MAX_CAPSULE_LABELS = 200
 OTHER = "_other"
 
 # The request methods of the MCP specification; any other is counted as `other`.
@@ -235,11 +235,11 @@ def nats_round(end: str) -> None:
 
 
 def _capsule(name: str) -> str:
-    """A capsule name as a label: the first MAX_CAPSULE_LABELS names seen, then `_other`."""
+    """A capsule name as a label: the first `TELEMETRY_TUNING.capsule_labels` names seen, then `_other`."""
     if name in _capsules:
         return name
     with _lock:
-        if len(_capsules) < MAX_CAPSULE_LABELS:
+        if len(_capsules) < TELEMETRY_TUNING.capsule_labels:
             _capsules.add(name)
             return name
     return OTHER
@@ -270,7 +270,9 @@ def one(value: Callable[[], float]) -> Callable[[], Iterable[tuple[tuple[str, ..
     return lambda: [((), float(value()))]
 
 
-def top_principals(counts: Mapping[str, int], top: int = TOP_PRINCIPALS) -> list[tuple[tuple[str, ...], float]]:
+def top_principals(
+    counts: Mapping[str, int], top: int = TELEMETRY_TUNING.top_principals
+) -> list[tuple[tuple[str, ...], float]]:
     """Counts per principal as gauge samples: the `top` largest by name, the rest summed as `_other`."""
     ranked = sorted(((n, p) for p, n in counts.items() if n > 0), key=lambda item: (-item[0], item[1]))
     samples: list[tuple[tuple[str, ...], float]] = [((principal,), float(n)) for n, principal in ranked[:top]]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from astrid.host.watch import MOUNT_LIMITS, MOUNT_MAX_DEPTH, MountWatcher, WalkLimits, walk
+from astrid.host.tuning import WATCH_TUNING
+from astrid.host.watch import MOUNT_LIMITS, MountWatcher, WalkLimits, walk
 
 
 def test_it_reports_the_users_of_the_folders_that_changed_and_only_them(tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_a_deep_chain_costs_only_the_depth_cap(tmp_path: Path, monkeypatch: pyte
     watcher = MountWatcher(lambda: {mount: frozenset({"alice"})}, lambda users: None, 60)
     listed = count_listings(monkeypatch)
     watcher.poll()
-    assert len(listed) == MOUNT_MAX_DEPTH + 1  # the root and 16 below it
+    assert len(listed) == WATCH_TUNING.mount_max_depth + 1  # the root and 16 below it
 
 
 def test_a_poll_over_many_mounts_stops_at_its_budget_and_every_mount_gets_its_turn(

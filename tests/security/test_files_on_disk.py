@@ -37,7 +37,8 @@ from astrid.host.kernel.engine import shared_engine
 from astrid.host.mcp.auth import BearerVerifier
 from astrid.host.settings import CONFIG_DIR_ENV
 from astrid.host.toolpaths import tool_path
-from astrid.host.watch import MOUNT_MAX_DEPTH, MOUNT_MAX_FOLDERS, POLL_MAX_FOLDERS, MountWatcher
+from astrid.host.tuning import WATCH_TUNING
+from astrid.host.watch import MountWatcher
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes and symlinks")
 
@@ -234,7 +235,7 @@ def test_a_mount_with_20000_empty_folders_costs_a_poll_only_its_cap(
     empty_folders: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     count, seconds = polled({empty_folders: frozenset({"alice"})}, monkeypatch)
-    assert count <= MOUNT_MAX_FOLDERS  # not 20 011
+    assert count <= WATCH_TUNING.mount_max_folders  # not 20 011
     assert seconds < 0.1  # 0.21 s without the cap
 
 
@@ -243,7 +244,7 @@ def test_many_mounts_of_empty_folders_cost_a_poll_only_its_budget(
 ) -> None:
     targets = {empty_folders / f"m{m}": frozenset({f"user{m}"}) for m in range(10)}
     count, _ = polled(targets, monkeypatch)
-    assert count <= POLL_MAX_FOLDERS + MOUNT_MAX_FOLDERS  # not 20 010
+    assert count <= WATCH_TUNING.poll_max_folders + WATCH_TUNING.mount_max_folders  # not 20 010
 
 
 def test_a_chain_1000_folders_deep_costs_a_poll_only_the_depth_cap(
@@ -260,7 +261,7 @@ def test_a_chain_1000_folders_deep_costs_a_poll_only_the_depth_cap(
     os.close(folder)
     try:
         count, _ = polled({mount: frozenset({"alice"})}, monkeypatch)
-        assert count == MOUNT_MAX_DEPTH + 1  # not 1 001
+        assert count == WATCH_TUNING.mount_max_depth + 1  # not 1 001
     finally:
         unchain(mount)
 

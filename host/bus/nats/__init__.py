@@ -21,8 +21,8 @@ which of its participants it reached, once they have all finished. The
 publisher's delivery is finished when its local handlers are and every
 capsule host it currently knows has reported; a host that dies mid-round
 costs at most the waiter's window. Hosts announce themselves every
-`HEARTBEAT_S` on the heartbeat topic (with their capsule set); one
-silent for `HOST_TIMEOUT_S` is gone. A host appearing, leaving or changing
+`NATS_TUNING.heartbeat_s` on the heartbeat topic (with their capsule set); one
+silent for `NATS_TUNING.host_timeout_s` is gone. A host appearing, leaving or changing
 its capsule set calls `on_membership_change` (the composition root
 re-announces capsule sets, so clients get list_changed) only when the set of
 capsules served changes: a replica joining or leaving changes nothing a client sees.
@@ -34,8 +34,8 @@ each request reaches one replica of it. Its handlers alone get what came
 through its group; a plain subscription brings the rest (host participants
 outside any group). The receiving replica claims the request at once and
 reports when done, per group; the publisher waits for every group its live
-hosts announce. A claim whose host stops answering pings (`PONG_WAIT_S`), or a
-group nobody claimed within `UNCLAIMED_S`, is published once more for that
+hosts announce. A claim whose host stops answering pings (`NATS_TUNING.pong_wait_s`), or a
+group nobody claimed within `NATS_TUNING.unclaimed_s`, is published once more for that
 group alone (`H_RETRY`): a replica dying mid-request costs about a second,
 inside the read window.
 

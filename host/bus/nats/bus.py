@@ -10,10 +10,10 @@ from typing import Any
 
 from astrid.host.bus.base import IpcErrorCode, Participant, Principal
 from astrid.host.bus.memory import Dispatcher, InMemoryBus
-from astrid.host.bus.nats.connection import CONNECT_TIMEOUT_S, Connection, nats_problem, shown
+from astrid.host.bus.nats.connection import Connection, nats_problem, shown
 from astrid.host.bus.nats.envelope import H_HOST, H_MSG, H_RETRY, hop_attributes, remote_message, stamp
 from astrid.host.bus.nats.groups import QueueGroups
-from astrid.host.bus.nats.membership import HEARTBEAT_S, Membership
+from astrid.host.bus.nats.membership import Membership
 from astrid.host.bus.nats.reports import Reports
 from astrid.host.bus.nats.rounds import ClusterDelivery
 from astrid.host.bus.nats.tracking import Tracker
@@ -21,6 +21,7 @@ from astrid.host.bus.topics import ClusterTopics, pattern_matches
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
 from astrid.host.telemetry import metrics, tracing
+from astrid.host.tuning import NATS_TUNING
 
 
 class NatsBus(InMemoryBus):
@@ -67,7 +68,7 @@ class NatsBus(InMemoryBus):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def connect(self, timeout_s: float = CONNECT_TIMEOUT_S) -> NatsBus:
+    def connect(self, timeout_s: float = NATS_TUNING.connect_timeout_s) -> NatsBus:
         """Connect and start the heartbeat; BusError naming the cause when the server cannot be used."""
         try:
             self._connection.open((*self.listen, self.cluster.pattern), self._on_nats_message, timeout_s)
@@ -77,7 +78,7 @@ class NatsBus(InMemoryBus):
         self._connection.submit(self._members.beat(lambda: self.capsule_set(), self._groups))
         if self.tracked:
             self._connection.submit(self._tracker.watch())
-        time.sleep(HEARTBEAT_S * 1.5)  # hear the hosts already there before the first round
+        time.sleep(NATS_TUNING.heartbeat_s * 1.5)  # hear the hosts already there before the first round
         self._forget_gauge = metrics.watch("astrid_nats_hosts", self._members.by_role)
         return self
 

@@ -17,10 +17,9 @@ from urllib.parse import urlsplit
 from astrid.host.bus.base import IpcErrorCode
 from astrid.host.bus.nats.subjects import subject_for
 from astrid.host.errors import BusError
+from astrid.host.tuning import NATS_TUNING
 
 log = logging.getLogger(__package__)  # log lines keep naming astrid.host.bus.nats
-
-CONNECT_TIMEOUT_S = 5.0
 
 
 def nats_problem(url: str) -> str | None:
@@ -76,7 +75,7 @@ class Connection:
         import nats
 
         options: dict[str, Any] = {
-            "connect_timeout": CONNECT_TIMEOUT_S,
+            "connect_timeout": NATS_TUNING.connect_timeout_s,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": 0.5,
             "allow_reconnect": True,

@@ -14,12 +14,9 @@ from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.envelope import H_HOST
 from astrid.host.bus.nats.groups import QueueGroups
 from astrid.host.bus.topics import ClusterTopics
+from astrid.host.tuning import NATS_TUNING
 
 log = logging.getLogger(__package__)  # log lines keep naming astrid.host.bus.nats
-
-HEARTBEAT_S = 1.0
-HOST_TIMEOUT_S = 3.5
-PONG_WAIT_S = 0.6  # a pinged host silent this long is taken for dead: its claims are retried
 
 
 @dataclass
@@ -54,11 +51,12 @@ class Membership:
     # -- this host's beat ---------------------------------------------------------------
 
     async def beat(self, capsule_set: Callable[[], Sequence[str]], groups: QueueGroups) -> None:
-        """Every HEARTBEAT_S: join the queue groups of the capsules run here, announce them, expire the silent."""
+        """Every heartbeat (`NATS_TUNING.heartbeat_s`): join the queue groups of the capsules run here,
+        announce them, expire the silent."""
         capsules: list[str] = []
         while not self._connection.closed:
             try:  # the kernel may be busy loading: never let it hold up the loop (keep the last set)
-                capsules = sorted(await asyncio.wait_for(asyncio.to_thread(capsule_set), HEARTBEAT_S / 2))
+                capsules = sorted(await asyncio.wait_for(asyncio.to_thread(capsule_set), NATS_TUNING.heartbeat_s / 2))
             except Exception:
                 pass
             if self._connection.closed:
@@ -69,7 +67,7 @@ class Membership:
             if self._connection.connected and not self._connection.closed:
                 await self._send(self._cluster.heartbeat, json.dumps(beat))
             self.expire()
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(NATS_TUNING.heartbeat_s)
 
     async def goodbye(self) -> None:
         """Say we leave: the others drop us at once."""
@@ -107,7 +105,7 @@ class Membership:
         now = time.monotonic()
         with self.lock:
             before = frozenset(entry for seen in self.hosts.values() for entry in seen.capsules)
-            gone = [host for host, seen in self.hosts.items() if now - seen.seen > HOST_TIMEOUT_S]
+            gone = [host for host, seen in self.hosts.items() if now - seen.seen > NATS_TUNING.host_timeout_s]
             for host in gone:
                 del self.hosts[host]
                 self._contact.pop(host, None)
@@ -128,7 +126,7 @@ class Membership:
 
     def live(self) -> dict[str, Host]:
         now = time.monotonic()
-        return {host: seen for host, seen in self.hosts.items() if now - seen.seen <= HOST_TIMEOUT_S}
+        return {host: seen for host, seen in self.hosts.items() if now - seen.seen <= NATS_TUNING.host_timeout_s}
 
     def _served(self) -> frozenset[str]:
         """Every capsule the live hosts run."""
@@ -142,9 +140,9 @@ class Membership:
         self._contact[host] = now
 
     def silent(self, host: str, now: float) -> bool:
-        """Pinged, and not heard from for PONG_WAIT_S since: taken for dead."""
+        """Pinged, and not heard from for `NATS_TUNING.pong_wait_s` since: taken for dead."""
         pinged = self._pinged.get(host)
-        return pinged is not None and self._contact.get(host, 0.0) < pinged and now - pinged > PONG_WAIT_S
+        return pinged is not None and self._contact.get(host, 0.0) < pinged and now - pinged > NATS_TUNING.pong_wait_s
 
     def answered(self, host: str) -> bool:
         """Not pinged yet, or it answered the last ping: it may be asked again."""

@@ -10,8 +10,7 @@ from astrid.host.bus.memory import InMemoryDelivery
 from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.envelope import H_HOST
 from astrid.host.bus.topics import ClusterTopics
-
-REPORT_WAIT_S = 10.0  # how long a host waits for its own handlers before reporting anyway
+from astrid.host.tuning import NATS_TUNING
 
 
 class Reports:
@@ -30,7 +29,7 @@ class Reports:
     def when_done(
         self, delivery: InMemoryDelivery, origin: str, message_id: str, group: str | None, received: Any
     ) -> None:
-        """Report once this host's handlers have finished, or after REPORT_WAIT_S at the latest (call
+        """Report once this host's handlers have finished, or after `NATS_TUNING.report_wait_s` at the latest (call
         on the loop). No thread waits per message: a timer on the loop and a callback on the delivery
         race, and both are dropped once the report went."""
         sent = False
@@ -49,7 +48,7 @@ class Reports:
                 report()
 
         loop = self._connection.loop
-        timer = loop.call_later(REPORT_WAIT_S, report)
+        timer = loop.call_later(NATS_TUNING.report_wait_s, report)
         delivery.when_finished(finished)
 
     def _report(

@@ -12,12 +12,9 @@ from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.envelope import H_RETRY
 from astrid.host.bus.nats.membership import Membership
 from astrid.host.bus.nats.rounds import Claim, Round
+from astrid.host.tuning import NATS_TUNING
 
 log = logging.getLogger(__package__)  # log lines keep naming astrid.host.bus.nats
-
-WATCH_S = 0.1  # how often the publisher looks at claimed requests still running
-PROBE_AFTER_S = 0.3  # a claim older than this: ping its host
-UNCLAIMED_S = 0.8  # a group nobody claimed by then (its replica died on receipt): retried
 
 
 class Tracker:
@@ -84,7 +81,7 @@ class Tracker:
 
     async def watch(self) -> None:
         while not self._connection.closed:
-            await asyncio.sleep(WATCH_S)
+            await asyncio.sleep(NATS_TUNING.watch_s)
             try:
                 self._check_claims()
             except Exception:  # never let the watch die
@@ -98,10 +95,10 @@ class Tracker:
                 for group in list(tracked.groups):
                     claim = tracked.claims.get(group)
                     if claim is None:
-                        if now - tracked.started > UNCLAIMED_S and group not in tracked.retried:
+                        if now - tracked.started > NATS_TUNING.unclaimed_s and group not in tracked.retried:
                             self._retry(tracked, group)
                         continue
-                    if now - claim.at < PROBE_AFTER_S:
+                    if now - claim.at < NATS_TUNING.probe_after_s:
                         continue
                     if self._members.silent(claim.host, now):
                         log.warning("NATS: host %s stopped answering mid-request; retrying elsewhere", claim.host[:8])

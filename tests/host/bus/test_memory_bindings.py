@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from astrid.host.bus import Binding, InMemoryBus, Participant, Principal
 from astrid.host.bus import memory as memory_bus
 
@@ -36,7 +38,7 @@ def test_a_binding_added_or_removed_later_is_seen_by_the_next_publish():
 
 
 def test_the_lookup_stays_bounded_under_topics_of_their_own(monkeypatch):
-    monkeypatch.setattr(memory_bus, "MAX_TOPICS_REMEMBERED", 8)
+    monkeypatch.setattr(memory_bus, "BUS_TUNING", dataclasses.replace(memory_bus.BUS_TUNING, topics_remembered=8))
     bus = InMemoryBus(dispatcher=Inline())
     heard: list[str] = []
     bus.bind(bound("all", "app.*", heard))

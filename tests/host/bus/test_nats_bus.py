@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -124,7 +125,7 @@ class OnThreads(Dispatcher):
 
 def test_a_host_reports_after_the_report_wait_at_the_latest_with_no_thread_per_message(pair, monkeypatch) -> None:
     mcp, host = pair
-    monkeypatch.setattr(reports, "REPORT_WAIT_S", 2.0)
+    monkeypatch.setattr(reports, "NATS_TUNING", dataclasses.replace(reports.NATS_TUNING, report_wait_s=2.0))
     host.dispatcher = OnThreads()
     running, release = threading.Semaphore(0), threading.Event()
 

@@ -11,7 +11,8 @@ import itertools
 import threading
 
 from astrid.host.bus import Binding, InMemoryBus, InMemoryDelivery, Message, Principal, host_participant
-from astrid.host.kernel.dispatch import LANE_DEPTH, PoolDispatcher
+from astrid.host.kernel.dispatch import PoolDispatcher
+from astrid.host.tuning import KERNEL_TUNING
 
 ALICE = Principal.verified("alice")
 BOB = Principal.verified("bob")
@@ -153,13 +154,13 @@ def test_a_call_past_the_lane_depth_is_dropped_at_once():
     try:
         first = bus.publish(sender, "work.x", "{}", ALICE)
         assert running.wait_started(1)
-        queued = [bus.publish(sender, "work.x", "{}", ALICE) for _ in range(LANE_DEPTH)]
+        queued = [bus.publish(sender, "work.x", "{}", ALICE) for _ in range(KERNEL_TUNING.lane_depth)]
         over = bus.publish(sender, "work.x", "{}", ALICE)
         assert over.wait(0) and dispatcher.dropped == 1  # finished, unrun, without waiting for the lane
     finally:
         release.set()
     assert first.wait(5) and all(delivery.wait(10) for delivery in queued)
-    assert running.started == 1 + LANE_DEPTH
+    assert running.started == 1 + KERNEL_TUNING.lane_depth
     dispatcher.close()
 
 

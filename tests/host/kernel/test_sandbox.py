@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 from astrid.host.bus import Principal
 from astrid.host.kernel import sandbox
@@ -59,7 +60,7 @@ def test_trap_discards_the_instance_and_the_next_call_gets_a_fresh_one(make_prob
 
 
 def test_a_capsule_that_keeps_failing_is_quarantined(make_probe, kernel_factory, monkeypatch) -> None:
-    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 3)
+    monkeypatch.setattr(sandbox, "KERNEL_TUNING", replace(sandbox.KERNEL_TUNING, quarantine_after_failures=3))
     kernel = kernel_factory([make_probe()])
     client = client_for(kernel)
     for _ in range(3):
@@ -92,7 +93,7 @@ def test_concurrent_calls_and_traps_on_one_instance_never_share_a_store(
     # "fails" by killing pytest if the per-Store lock is ever bypassed.
     from concurrent.futures import ThreadPoolExecutor
 
-    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 10_000)
+    monkeypatch.setattr(sandbox, "KERNEL_TUNING", replace(sandbox.KERNEL_TUNING, quarantine_after_failures=10_000))
     kernel = kernel_factory([make_probe()])
     client = client_for(kernel)
 
@@ -149,7 +150,7 @@ def test_watched_principals_get_their_sandboxes_prewarmed(make_probe, kernel_fac
 
 def test_quarantine_is_per_principal(make_probe, kernel_factory, monkeypatch) -> None:
     # alice can make the capsule fail for herself, never bench it for bob
-    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 3)
+    monkeypatch.setattr(sandbox, "KERNEL_TUNING", replace(sandbox.KERNEL_TUNING, quarantine_after_failures=3))
     kernel = kernel_factory([make_probe()])
     client = client_for(kernel)
     for _ in range(3):

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,7 @@ def test_an_evicted_principal_next_call_works_on_a_fresh_sandbox(make_probe, cap
 
 
 def test_strikes_and_quarantine_survive_eviction(make_probe, capped, monkeypatch) -> None:
-    monkeypatch.setattr(sandbox, "QUARANTINE_AFTER", 3)
+    monkeypatch.setattr(sandbox, "KERNEL_TUNING", replace(sandbox.KERNEL_TUNING, quarantine_after_failures=3))
     kernel = capped([make_probe()], max_instances=1)
     capsule, participant = slots(kernel)["probe"]
     client = client_for(kernel)
