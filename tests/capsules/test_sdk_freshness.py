@@ -12,7 +12,7 @@ import pytest
 from astrid.host.broker.read_cache import MAX_AGE_CAP_S, split_freshness
 from astrid.host.contract import DescribeResponse
 from astrid.host.contract.template import TemplatesResponse
-from astrid_sdk import Capsule, DefinitionError, Resource, _wire
+from astrid_sdk import Capsule, DefinitionError, Resource, _limits
 from tests.capsules.test_sdk_native import RecordingHost, only_reply, read
 
 
@@ -32,7 +32,7 @@ def templates(capsule: Capsule) -> dict[str, dict | None]:
 
 
 def test_the_sdk_cap_matches_the_host_cap():
-    assert _wire.MAX_AGE_S == MAX_AGE_CAP_S
+    assert _limits.MAX_AGE_S == MAX_AGE_CAP_S
 
 
 def test_a_resource_declares_max_age_in_meta_merged_with_user_meta():

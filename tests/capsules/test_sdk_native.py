@@ -23,9 +23,10 @@ from astrid_sdk import (
     HostError,
     Icon,
     Resource,
+    _checks,
+    _limits,
     _template,
     _uri,
-    _wire,
     blob,
     text,
 )
@@ -82,15 +83,15 @@ def only_reply(host: RecordingHost, model):
 
 
 def test_sdk_limits_match_the_host_limits():
-    assert DEFAULT_LIMITS.resources_per_describe == _wire.MAX_RESOURCES_PER_DESCRIBE
-    assert DEFAULT_LIMITS.uri_bytes == _wire.MAX_URI_BYTES
-    assert DEFAULT_LIMITS.title_bytes == _wire.MAX_TITLE_BYTES
-    assert DEFAULT_LIMITS.description_bytes == _wire.MAX_DESCRIPTION_BYTES
-    assert DEFAULT_LIMITS.meta_bytes == _wire.MAX_META_BYTES
-    assert DEFAULT_LIMITS.icons_per_definition == _wire.MAX_ICONS
-    assert DEFAULT_LIMITS.chunks_per_read == _wire.MAX_CHUNKS_PER_READ
-    assert DEFAULT_LIMITS.bytes_per_read == _wire.MAX_BYTES_PER_READ
-    assert DEFAULT_LIMITS.bus_message_bytes == _wire.MAX_MESSAGE_BYTES
+    assert DEFAULT_LIMITS.resources_per_describe == _limits.MAX_RESOURCES_PER_DESCRIBE
+    assert DEFAULT_LIMITS.uri_bytes == _limits.MAX_URI_BYTES
+    assert DEFAULT_LIMITS.title_bytes == _limits.MAX_TITLE_BYTES
+    assert DEFAULT_LIMITS.description_bytes == _limits.MAX_DESCRIPTION_BYTES
+    assert DEFAULT_LIMITS.meta_bytes == _limits.MAX_META_BYTES
+    assert DEFAULT_LIMITS.icons_per_definition == _limits.MAX_ICONS
+    assert DEFAULT_LIMITS.chunks_per_read == _limits.MAX_CHUNKS_PER_READ
+    assert DEFAULT_LIMITS.bytes_per_read == _limits.MAX_BYTES_PER_READ
+    assert DEFAULT_LIMITS.bus_message_bytes == _limits.MAX_MESSAGE_BYTES
 
 
 def full_capsule() -> Capsule:
@@ -345,7 +346,7 @@ def test_correlation_ids_are_clean_and_distinct_per_principal():
     host = RecordingHost()
     ids = {capsule._mint_id(host, "alice"), capsule._mint_id(host, "alice"), capsule._mint_id(host, "bob")}
     assert len(ids) == 3
-    assert all(_wire.is_clean_segment(i) for i in ids)
+    assert all(_checks.is_clean_segment(i) for i in ids)
 
 
 def test_world_outside_a_build_is_a_clear_error():
@@ -358,14 +359,16 @@ def test_public_api():
 
 
 def test_spliced_read_json_is_the_same_document_as_the_plain_encoding():
-    from astrid_sdk import _wire
+    from astrid_sdk._chunks import base64_of
+    from astrid_sdk._encoding import dumps
+    from astrid_sdk._responses import read_response, read_response_json
 
     chunks = [
-        _wire.text('quote " and \\u00e9 \n', mime_type="text/plain", meta={"a": 1}),
-        _wire.blob(bytes(range(256)) * 40, uri="astrid://x/sub"),
-        _wire.blob(b"\x00\x01"),
+        text('quote " and \\u00e9 \n', mime_type="text/plain", meta={"a": 1}),
+        blob(bytes(range(256)) * 40, uri="astrid://x/sub"),
+        blob(b"\x00\x01"),
     ]
-    spliced = _wire.read_response_json("astrid://x", chunks)
-    assert json.loads(spliced) == json.loads(_wire.dumps(_wire.read_response("astrid://x", chunks)))
+    spliced = read_response_json("astrid://x", chunks)
+    assert json.loads(spliced) == json.loads(dumps(read_response("astrid://x", chunks)))
     big = chunks[1].data
-    assert _wire.base64_of(big) is _wire.base64_of(big)  # cached by identity
+    assert base64_of(big) is base64_of(big)  # cached by identity

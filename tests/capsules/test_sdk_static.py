@@ -18,7 +18,7 @@ from astrid.host.contract import DescribeResponse
 from astrid.host.contract.template import TemplatesResponse
 from astrid.host.kernel import static_replies
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid_sdk import Annotations, Capsule, DefinitionError, Icon, NotFound, Resource, _capsule, _wire
+from astrid_sdk import Annotations, Capsule, DefinitionError, Icon, NotFound, Resource, _capsule, _limits
 from tests.capsules.test_sdk_native import Caller, RecordingHost
 
 CALLERS = [Caller(principal="alice"), Caller(principal="bob"), Caller(principal="x" * 200)]
@@ -123,14 +123,14 @@ def test_the_reply_topic_folds_the_capsule_name_as_the_handlers_do():
 
 def test_an_over_limit_describe_is_cut_the_same_way():
     capsule = Capsule("many")
-    for n in range(_wire.MAX_RESOURCES_PER_DESCRIBE + 5):
+    for n in range(_limits.MAX_RESOURCES_PER_DESCRIBE + 5):
         capsule.resource(f"astrid://many/{n:04d}")(lambda ctx: "x")
     static = answer(capsule)
     assert published(static_capsule_like(capsule), "describe", Caller()) == (
         static["describe"]["topic"],
         static["describe"]["payload"],
     )
-    assert len(json.loads(static["describe"]["payload"])["resources"]) == _wire.MAX_RESOURCES_PER_DESCRIBE
+    assert len(json.loads(static["describe"]["payload"])["resources"]) == _limits.MAX_RESOURCES_PER_DESCRIBE
 
 
 def static_capsule_like(capsule: Capsule) -> Capsule:

@@ -16,7 +16,7 @@ from astrid.host.contract import ReadResponse
 from astrid.host.contract import topics as host_topics
 from astrid.host.contract.template import CompleteResponse, TemplatesResponse
 from astrid.host.limits import DEFAULT_LIMITS
-from astrid_sdk import Capsule, DefinitionError, NotFound, Template, _capsule, _wire, text
+from astrid_sdk import Capsule, DefinitionError, NotFound, Template, _capsule, _limits, text
 from tests.capsules.test_sdk_native import Caller, RecordingHost, only_reply, read
 from tests.support.busclient import ALICE, BOB, WAIT_S, Client
 from tests.support.capsules import Built, build_clean
@@ -105,8 +105,8 @@ def contents(host: RecordingHost) -> list[dict]:
 def test_the_sdk_speaks_the_registered_topics_and_limits():
     assert _capsule.TEMPLATES_REPLY_PREFIX == host_topics.TEMPLATES_REPLY_PREFIX
     assert _capsule.COMPLETE_REPLY_PREFIX == host_topics.COMPLETE_REPLY_PREFIX
-    assert _wire.MAX_TEMPLATES_PER_DESCRIBE == DEFAULT_LIMITS.templates_per_describe
-    assert _wire.MAX_COMPLETION_VALUES == DEFAULT_LIMITS.completion_values
+    assert _limits.MAX_TEMPLATES_PER_DESCRIBE == DEFAULT_LIMITS.templates_per_describe
+    assert _limits.MAX_COMPLETION_VALUES == DEFAULT_LIMITS.completion_values
 
 
 def test_templates_lists_every_field_exactly():

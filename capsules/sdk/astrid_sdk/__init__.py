@@ -44,6 +44,7 @@ A refusal raises a `HostError` subclass: `NotGranted`, `Denied`,
 from astrid_sdk import _output
 from astrid_sdk._capabilities import Entry, Response, Stat
 from astrid_sdk._capsule import Capsule
+from astrid_sdk._chunks import Chunk, blob, text
 from astrid_sdk._context import Context
 from astrid_sdk._errors import (
     DefinitionError,
@@ -57,9 +58,9 @@ from astrid_sdk._errors import (
     RequestError,
     TooLarge,
 )
+from astrid_sdk._records import Annotations, Icon, Resource, ResourceTemplate
 from astrid_sdk._registry import Family, Template
 from astrid_sdk._template import UriTemplate
-from astrid_sdk._wire import Annotations, Chunk, Icon, Resource, ResourceTemplate, blob, text
 
 __version__ = "1.0.0"
 

@@ -10,8 +10,10 @@ handlers get a `Context` (`_context`).
 from __future__ import annotations
 
 from astrid_sdk import _output
+from astrid_sdk._checks import clean_segment
 from astrid_sdk._context import Context, mint_correlation_id
 from astrid_sdk._errors import DefinitionError
+from astrid_sdk._records import Resource, ResourceTemplate
 from astrid_sdk._registry import FACTS_VERSION, Family, Registry, Template, _Static, check_handler, refuse_twice
 from astrid_sdk._serving import (
     COMPLETE_REPLY_PREFIX,
@@ -29,7 +31,6 @@ from astrid_sdk._serving import (
 )
 from astrid_sdk._site import call_site, declare, subject
 from astrid_sdk._uri import flat_key as _flat_key
-from astrid_sdk._wire import Resource, ResourceTemplate, clean_segment
 
 # Besides Capsule, the names the agreement tests read here (`_capsule.STATIC_ACTION`);
 # each is at home in the module it is imported from.

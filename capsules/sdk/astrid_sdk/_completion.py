@@ -6,8 +6,8 @@ The `complete` handler itself is in `_serving`; a completer is declared with
 
 from __future__ import annotations
 
+from astrid_sdk._checks import is_clean_segment
 from astrid_sdk._errors import DefinitionError
-from astrid_sdk._wire import is_clean_segment
 
 
 def complete_request(request: dict | None):

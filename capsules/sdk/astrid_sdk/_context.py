@@ -13,8 +13,9 @@ import json
 from typing import TYPE_CHECKING
 
 from astrid_sdk._capabilities import Files, Http, KeyValue
+from astrid_sdk._checks import check_uri
+from astrid_sdk._encoding import dumps
 from astrid_sdk._errors import DefinitionError, HostError, NotGranted, RequestError
-from astrid_sdk._wire import check_uri, dumps
 
 if TYPE_CHECKING:
     from astrid_sdk._capsule import Capsule

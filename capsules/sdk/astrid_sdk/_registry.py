@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from astrid_sdk import _wire
+from astrid_sdk import _limits
+from astrid_sdk._checks import check_uri, utf8_len
 from astrid_sdk._errors import DefinitionError
+from astrid_sdk._records import Resource, ResourceTemplate
 from astrid_sdk._site import call_site, subject
 from astrid_sdk._uri import flat_key
-from astrid_sdk._wire import Resource, ResourceTemplate, check_uri
 
 FACTS_VERSION = 1
 
@@ -72,7 +73,7 @@ class Family:
 
     def key_of(self, uri: str) -> str | None:
         """The flat key of `uri` in this family, or None when it is not a member."""
-        if not uri.startswith(self.prefix) or _wire.utf8_len(uri) > _wire.MAX_URI_BYTES:
+        if not uri.startswith(self.prefix) or utf8_len(uri) > _limits.MAX_URI_BYTES:
             return None
         key = uri[len(self.prefix) :]
         return key if flat_key(key) else None
@@ -160,7 +161,7 @@ class Template:
 
     def match(self, uri: str) -> dict[str, str] | None:
         """The decoded variables of `uri` when this template serves it, else None."""
-        if not isinstance(uri, str) or len(uri.encode("utf-8", "surrogatepass")) > _wire.MAX_URI_BYTES:
+        if not isinstance(uri, str) or len(uri.encode("utf-8", "surrogatepass")) > _limits.MAX_URI_BYTES:
             return None
         return self.parsed.match(uri)
 

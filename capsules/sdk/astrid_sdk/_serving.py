@@ -45,12 +45,22 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from astrid_sdk import _output, _wire
+from astrid_sdk import _limits, _output
+from astrid_sdk._checks import is_clean_segment, utf8_len
+from astrid_sdk._chunks import check_read_limits, to_chunks
 from astrid_sdk._completion import complete_request, completion_values
 from astrid_sdk._context import Context
+from astrid_sdk._encoding import dumps
 from astrid_sdk._errors import DefinitionError, HostError, NotFound
+from astrid_sdk._records import Resource, ResourceTemplate
+from astrid_sdk._responses import (
+    complete_response,
+    describe_response,
+    read_response,
+    read_response_json,
+    templates_response,
+)
 from astrid_sdk._site import describe_exception
-from astrid_sdk._wire import Resource, ResourceTemplate, dumps, is_clean_segment
 
 if TYPE_CHECKING:
     from astrid_sdk._capsule import Capsule
@@ -213,7 +223,7 @@ class Server:
         a reply topic over the topic limit is not answered; a caller that is not verified gets `refusal()`
         (made only then: a read pays nothing for it)."""
         topic = prefix + correlation_id
-        if _wire.utf8_len(topic) > _wire.MAX_TOPIC_BYTES:
+        if utf8_len(topic) > _limits.MAX_TOPIC_BYTES:
             return topic, None, ("continue", "correlation_id too long")
         caller = self._verified(host)
         if caller is None:
@@ -252,7 +262,7 @@ class Server:
         route = self.registry.route(uri)
         if route is None:
             return "continue", "not mine"
-        refusal = lambda: _wire.read_response(uri, error=NOT_VERIFIED)  # noqa: E731
+        refusal = lambda: read_response(uri, error=NOT_VERIFIED)  # noqa: E731
         topic, caller, outcome = self._answering(host, READ_REPLY_PREFIX, correlation_id, refusal)
         if outcome is not None:
             return outcome
@@ -278,8 +288,8 @@ class Server:
             else:
                 mime_type = target.definition.mime_type
                 value = target.handler(ctx)
-            chunks = _wire.to_chunks(value, mime_type)
-            _wire.check_read_limits(chunks)
+            chunks = to_chunks(value, mime_type)
+            check_read_limits(chunks)
         except NotFound:
             return "continue", "not found"
         except DefinitionError as exc:
@@ -294,18 +304,18 @@ class Server:
             name = getattr(target.handler, "__name__", "handler")
             return self._fail(host, topic, uri, f"handler {name} raised {describe_exception(exc)}")
         try:
-            body = _wire.read_response_json(uri, chunks)
+            body = read_response_json(uri, chunks)
         except (TypeError, ValueError) as exc:
             return self._fail(host, topic, uri, f"cannot encode the reply: {exc}")
-        size = _wire.utf8_len(body)
-        if size > _wire.MAX_MESSAGE_BYTES:
+        size = utf8_len(body)
+        if size > _limits.MAX_MESSAGE_BYTES:
             return self._fail(host, topic, uri, f"the reply is {size} bytes of JSON, over the 1 MiB bus message limit")
         return self._publish(host, topic, uri, body)
 
     def _fail(self, host, topic: str, uri: str, error: str) -> tuple[str, str | None]:
         error = short(error)
         log(host, "error", f"read {uri}: {error}")
-        return self._reply(host, topic, _wire.read_response(uri, error=error), "error")
+        return self._reply(host, topic, read_response(uri, error=error), "error")
 
     def _publish(self, host, topic: str, uri: str, body: str) -> tuple[str, str | None]:
         try:
@@ -350,7 +360,7 @@ class Server:
         template = self.registry.template(uri_template)
         if template is None:
             return "continue", "not mine"
-        refusal = lambda: _wire.complete_response(error=NOT_VERIFIED)  # noqa: E731
+        refusal = lambda: complete_response(error=NOT_VERIFIED)  # noqa: E731
         topic, caller, outcome = self._answering(host, COMPLETE_REPLY_PREFIX, correlation_id, refusal)
         if outcome is not None:
             return outcome
@@ -363,7 +373,7 @@ class Server:
             return self._complete_failed(host, topic, f"{uri_template} has no variable {argument_name!r}")
         completer = template._completers.get(argument_name)
         if completer is None:
-            return self._reply(host, topic, _wire.complete_response((), total=0), "final")
+            return self._reply(host, topic, complete_response((), total=0), "final")
         name = getattr(completer, "__name__", "completer")
         try:
             values = completion_values(completer(ctx, argument_value), argument_value)
@@ -372,10 +382,10 @@ class Server:
         except Exception as exc:
             return self._complete_failed(host, topic, f"completer {name} raised {describe_exception(exc)}")
         total = len(values)
-        limit = _wire.MAX_COMPLETION_VALUES
-        body = dumps(_wire.complete_response(values[:limit], total=total, has_more=total > limit))
-        size = _wire.utf8_len(body)
-        if size > _wire.MAX_MESSAGE_BYTES:
+        limit = _limits.MAX_COMPLETION_VALUES
+        body = dumps(complete_response(values[:limit], total=total, has_more=total > limit))
+        size = utf8_len(body)
+        if size > _limits.MAX_MESSAGE_BYTES:
             return self._complete_failed(
                 host, topic, f"completer {name}: the reply is {size} bytes of JSON, over the 1 MiB bus message limit"
             )
@@ -388,7 +398,7 @@ class Server:
     def _complete_failed(self, host, topic: str, error: str) -> tuple[str, str | None]:
         error = short(error)
         log(host, "error", f"complete: {error}")
-        return self._reply(host, topic, _wire.complete_response(error=error), "error")
+        return self._reply(host, topic, complete_response(error=error), "error")
 
     def _custom(self, function, payload, host) -> tuple[str, str | None]:
         caller = self._verified(host)
@@ -404,12 +414,12 @@ class Server:
 
 def _describe_body(host, listed: list[Resource]) -> tuple[str, int]:
     """The describe reply's JSON and how many resources it lists, within the contract's limits."""
-    return _bounded(host, listed, "describe", "resources", _wire.MAX_RESOURCES_PER_DESCRIBE, _wire.describe_response)
+    return _bounded(host, listed, "describe", "resources", _limits.MAX_RESOURCES_PER_DESCRIBE, describe_response)
 
 
 def _templates_body(host, listed: list[ResourceTemplate]) -> tuple[str, int]:
     """The templates reply's JSON and how many templates it lists, within the contract's limits."""
-    return _bounded(host, listed, "templates", "templates", _wire.MAX_TEMPLATES_PER_DESCRIBE, _wire.templates_response)
+    return _bounded(host, listed, "templates", "templates", _limits.MAX_TEMPLATES_PER_DESCRIBE, templates_response)
 
 
 def _bounded(host, listed: list, what: str, noun: str, most: int, response) -> tuple[str, int]:
@@ -418,7 +428,7 @@ def _bounded(host, listed: list, what: str, noun: str, most: int, response) -> t
         log(host, "warn", f"{what}: {len(listed)} {noun}, only the first {most} are listed")
         del listed[most:]
     body = dumps(response(listed))
-    while _wire.utf8_len(body) > _wire.MAX_MESSAGE_BYTES and listed:
+    while utf8_len(body) > _limits.MAX_MESSAGE_BYTES and listed:
         drop = max(1, len(listed) // 10)
         log(host, "warn", f"{what}: reply over 1 MiB, dropping the last {drop} {noun}")
         del listed[-drop:]
