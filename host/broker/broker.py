@@ -197,7 +197,7 @@ class Broker:
         (no round, no lock held across a capsule call); None when a round is due."""
         if not principal.is_verified:
             return None
-        hit = self.cache.fresh(principal)
+        hit = self.cache.resources.fresh(principal)
         if hit is None:
             return None
         metrics.cache("snapshot", True)
@@ -205,18 +205,18 @@ class Broker:
 
     def snapshot(self, principal: Principal, *, refresh: bool = False) -> Snapshot:
         if not refresh:
-            hit = self.cache.fresh(principal)
+            hit = self.cache.resources.fresh(principal)
             if hit is not None:
                 metrics.cache("snapshot", True)
                 return hit
         else:
             # The same refresh for both: whoever forces a new describe round
             # gets new templates too (on their next use), and no kept read.
-            self.cache.mark_templates_stale(principal)
+            self.cache.templates.mark_stale(principal)
             self.reads.invalidate(principal)
         with self.cache.round_lock(principal):
             if not refresh:
-                hit = self.cache.fresh(principal)  # another caller's round just finished
+                hit = self.cache.resources.fresh(principal)  # another caller's round just finished
                 metrics.cache("snapshot", hit is not None)
                 if hit is not None:
                     return hit
@@ -225,7 +225,7 @@ class Broker:
     def _describe(self, principal: Principal) -> Snapshot:
         generation = self.cache.generation(principal)
         result, receivers = self._describe_round(principal)
-        previous = self.cache.get(principal)
+        previous = self.cache.resources.get(principal)
         if result.empty_round and receivers > 0:
             # Capsules got the request but none answered in time: a lost race,
             # not "no resources". Keep what we had; try again next time.
@@ -237,14 +237,14 @@ class Broker:
                     receivers,
                     len(previous.resources),
                 )
-                self.cache.mark_stale(principal)
+                self.cache.resources.mark_stale(principal)
                 return previous
             snapshot = Snapshot((), {}, stale=True, generation=generation)
-            self.cache.store(principal, snapshot)
+            self.cache.resources.store(principal, snapshot)
             return snapshot
         resources, ages = split_freshness(result.resources, lambda definition: definition.uri)
         snapshot = Snapshot(resources, dict(result.owners), stale=False, generation=generation, max_age=ages)
-        self.cache.store(principal, snapshot)
+        self.cache.resources.store(principal, snapshot)
         return snapshot
 
     def _fan_out(self, principal: Principal, topic: str, replies_pattern: str) -> tuple[list[Message], int, bool]:
@@ -329,12 +329,12 @@ class Broker:
         if not principal.is_verified:
             return TemplateSnapshot(())
         if not refresh:
-            hit = self.cache.fresh_templates(principal)
+            hit = self.cache.templates.fresh(principal)
             if hit is not None:
                 return hit
         with self.cache.round_lock(principal, "templates"):
             if not refresh:
-                hit = self.cache.fresh_templates(principal)  # another caller's round just finished
+                hit = self.cache.templates.fresh(principal)  # another caller's round just finished
                 if hit is not None:
                     return hit
             return self._templates(principal)
@@ -344,7 +344,7 @@ class Broker:
         result, receivers = self._templates_round(principal)
         if result.empty_round and receivers > 0:
             # As for describe: a lost race must not wipe a good snapshot.
-            previous = self.cache.get_templates(principal)
+            previous = self.cache.templates.get(principal)
             if previous is not None:
                 log.info(
                     "templates round for %s got no reply from %d receivers; "
@@ -353,14 +353,14 @@ class Broker:
                     receivers,
                     len(previous.templates),
                 )
-                self.cache.mark_templates_stale(principal)
+                self.cache.templates.mark_stale(principal)
                 return previous
             snapshot = TemplateSnapshot((), {}, stale=True, generation=generation)
-            self.cache.store_templates(principal, snapshot)
+            self.cache.templates.store(principal, snapshot)
             return snapshot
         templates, ages = split_freshness(result.templates, lambda template: template.uri_template)
         snapshot = TemplateSnapshot(templates, dict(result.owners), stale=False, generation=generation, max_age=ages)
-        self.cache.store_templates(principal, snapshot)
+        self.cache.templates.store(principal, snapshot)
         return snapshot
 
     def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
@@ -412,7 +412,7 @@ class Broker:
         The same lookup `read_resource` starts with, so what it finds is what that would serve."""
         if not principal.is_verified or tracing.on:  # traced reads take the path that makes their spans
             return None
-        snapshot = self.cache.get(principal)
+        snapshot = self.cache.resources.get(principal)
         if snapshot is None or snapshot.stale:
             return None
         owner = snapshot.owner_of(uri)
@@ -436,7 +436,7 @@ class Broker:
                 FailureCode.INVALID_REQUEST, f"the uri is longer than {self.limits.uri_bytes} bytes"
             )
 
-        snapshot = self.cache.get(principal)
+        snapshot = self.cache.resources.get(principal)
         if snapshot is None:
             # The principal's first read: learn who lists what first, so a
             # listed URI is served by its listed owner and nobody else.
@@ -579,13 +579,13 @@ class Broker:
 
     def _owner_of(self, principal: Principal, uri: str, *, cached_only: bool) -> str | None:
         """The owner of `uri` for `principal`; `cached_only`: from the snapshots there are, fresh or not."""
-        snapshot = self.cache.get(principal) if cached_only else self.snapshot(principal)
+        snapshot = self.cache.resources.get(principal) if cached_only else self.snapshot(principal)
         if snapshot is None:
             return None
         listed = snapshot.owner_of(uri)
         if listed is not None:
             return listed
-        templates = self.cache.get_templates(principal) if cached_only else self.template_snapshot(principal)
+        templates = self.cache.templates.get(principal) if cached_only else self.template_snapshot(principal)
         route = templates.route(uri) if templates is not None else None
         return route.owner if route is not None else None
 
@@ -613,7 +613,7 @@ class Broker:
             if self.announcements.refused(source):
                 log.warning("capsule %s announced an update that is not an `updated` record: %s", label, exc)
             return False
-        if self.cache.get(principal) is None:
+        if self.cache.resources.get(principal) is None:
             # Nobody has listed, read or subscribed as this principal: nobody can be told.
             log.debug("update of %s for %s dropped: the principal has no snapshot", uri, principal)
             return False
@@ -645,13 +645,13 @@ class Broker:
         return True
 
     def _may_be_stale(self, principal: Principal) -> bool:
-        snapshot, templates = self.cache.get(principal), self.cache.get_templates(principal)
+        snapshot, templates = self.cache.resources.get(principal), self.cache.templates.get(principal)
         return (
             snapshot is None
             or snapshot.stale
-            or self.cache.fresh(principal) is None
+            or self.cache.resources.fresh(principal) is None
             or templates is None
-            or self.cache.fresh_templates(principal) is None
+            or self.cache.templates.fresh(principal) is None
         )
 
     # -- completion ------------------------------------------------------------------
