@@ -65,18 +65,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
 
 from astrid.host.broker.authority import OPEN, UriAuthority
-from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
+from astrid.host.broker.cache import Slots, Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
-from astrid.host.broker.describe import RoundResult, merge_round
+from astrid.host.broker.describe import merge_round
 from astrid.host.broker.frontdoor import FrontDoors
+from astrid.host.broker.merge import RoundOf
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import ReadStatus, drain, owner_silent, resolve
-from astrid.host.broker.templates import TemplatesResult, merge_templates
+from astrid.host.broker.templates import merge_templates
 from astrid.host.broker.updates import AnnouncementGate
 from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal
 from astrid.host.contract._base import utf8_len
@@ -125,6 +126,64 @@ class BrokerStats:
     def _keep(self, values: list[float], value: float) -> None:
         values.append(value)
         del values[:-1000]
+
+    def describe_round(self, seconds: float) -> None:
+        self.describe_rounds += 1
+        self.last_round_s = seconds
+        self._keep(self.round_seconds, seconds)
+
+    def templates_round(self, seconds: float) -> None:
+        self.templates_rounds += 1  # its time is not kept: `last_round_s` is a describe round's
+
+
+_Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
+_Snap = TypeVar("_Snap", Snapshot, TemplateSnapshot)
+
+
+@dataclass(frozen=True)
+class _Listing(Generic[_Item, _Snap]):
+    """What differs between a principal's describe round and templates round: the rest is one code."""
+
+    kind: str  # "describe": its round lock, span (`broker.describe`), round metric and log lines
+    items: str  # "resources": what its log lines and span (`astrid.resources`) count
+    topic: str  # the fan-out's request topic
+    replies: str  # and the pattern of its replies
+    merge: Callable[[Principal, Iterable[Message], Limits, UriAuthority, CapsuleNames], RoundOf[_Item]]
+    key: Callable[[_Item], str]  # an entry's key (its declared freshness is kept by it)
+    snapshot: Callable[..., _Snap]  # the snapshot type
+    slots: Callable[[SnapshotCache], Slots[_Snap]]  # where the cache keeps it
+    counted: Callable[[BrokerStats, float], None]  # a round done, in seconds
+    hit_metric: str | None  # the cache metric a lookup counts under (None: not counted)
+
+    def hit(self, hit: bool) -> None:
+        if self.hit_metric is not None:
+            metrics.cache(self.hit_metric, hit)
+
+
+_RESOURCES = _Listing[ResourceDefinition, Snapshot](
+    kind="describe",
+    items="resources",
+    topic=DESCRIBE_TOPIC,
+    replies=DESCRIBE_REPLIES,
+    merge=merge_round,
+    key=lambda definition: definition.uri,
+    snapshot=Snapshot,
+    slots=lambda cache: cache.resources,
+    counted=BrokerStats.describe_round,
+    hit_metric="snapshot",
+)
+_TEMPLATES = _Listing[ResourceTemplate, TemplateSnapshot](
+    kind="templates",
+    items="templates",
+    topic=TEMPLATES_TOPIC,
+    replies=TEMPLATES_REPLIES,
+    merge=merge_templates,
+    key=lambda template: template.uri_template,
+    snapshot=TemplateSnapshot,
+    slots=lambda cache: cache.templates,
+    counted=BrokerStats.templates_round,
+    hit_metric=None,
+)
 
 
 class Broker:
@@ -197,54 +256,65 @@ class Broker:
         (no round, no lock held across a capsule call); None when a round is due."""
         if not principal.is_verified:
             return None
-        hit = self.cache.fresh(principal)
+        hit = self.cache.resources.fresh(principal)
         if hit is None:
             return None
         metrics.cache("snapshot", True)
         return hit.resources
 
     def snapshot(self, principal: Principal, *, refresh: bool = False) -> Snapshot:
-        if not refresh:
-            hit = self.cache.fresh(principal)
-            if hit is not None:
-                metrics.cache("snapshot", True)
-                return hit
-        else:
+        if refresh:
             # The same refresh for both: whoever forces a new describe round
             # gets new templates too (on their next use), and no kept read.
-            self.cache.mark_templates_stale(principal)
+            self.cache.templates.mark_stale(principal)
             self.reads.invalidate(principal)
-        with self.cache.round_lock(principal):
+        return self._kept_or_round(_RESOURCES, principal, refresh)
+
+    # -- both rounds -------------------------------------------------------------------
+
+    def _kept_or_round(self, listing: _Listing[_Item, _Snap], principal: Principal, refresh: bool) -> _Snap:
+        """The principal's fresh snapshot of `listing`, else (and on `refresh`) a new round's.
+        One round of a kind at a time per principal: who waited on another's round takes its snapshot."""
+        slots = listing.slots(self.cache)
+        if not refresh:
+            hit = slots.fresh(principal)
+            if hit is not None:
+                listing.hit(True)
+                return hit
+        with self.cache.round_lock(principal, listing.kind):
             if not refresh:
-                hit = self.cache.fresh(principal)  # another caller's round just finished
-                metrics.cache("snapshot", hit is not None)
+                hit = slots.fresh(principal)  # another caller's round just finished
+                listing.hit(hit is not None)
                 if hit is not None:
                     return hit
-            return self._describe(principal)
+            return self._round_snapshot(listing, principal)
 
-    def _describe(self, principal: Principal) -> Snapshot:
+    def _round_snapshot(self, listing: _Listing[_Item, _Snap], principal: Principal) -> _Snap:
+        """One round of `listing` for `principal`, stored as its snapshot (a lost race keeps the previous one)."""
+        slots = listing.slots(self.cache)
         generation = self.cache.generation(principal)
-        result, receivers = self._describe_round(principal)
-        previous = self.cache.get(principal)
+        result, receivers = self._observed_round(listing, principal)
         if result.empty_round and receivers > 0:
             # Capsules got the request but none answered in time: a lost race,
-            # not "no resources". Keep what we had; try again next time.
+            # not "nothing listed". Keep what we had; try again next time.
+            previous = slots.get(principal)
             if previous is not None:
                 log.info(
-                    "describe round for %s got no reply from %d receivers; "
-                    "keeping the previous snapshot (%d resources)",
+                    "%s round for %s got no reply from %d receivers; keeping the previous snapshot (%d %s)",
+                    listing.kind,
                     principal,
                     receivers,
-                    len(previous.resources),
+                    len(previous.items),
+                    listing.items,
                 )
-                self.cache.mark_stale(principal)
+                slots.mark_stale(principal)
                 return previous
-            snapshot = Snapshot((), {}, stale=True, generation=generation)
-            self.cache.store(principal, snapshot)
+            snapshot = listing.snapshot((), {}, stale=True, generation=generation)
+            slots.store(principal, snapshot)
             return snapshot
-        resources, ages = split_freshness(result.resources, lambda definition: definition.uri)
-        snapshot = Snapshot(resources, dict(result.owners), stale=False, generation=generation, max_age=ages)
-        self.cache.store(principal, snapshot)
+        items, ages = split_freshness(result.items, listing.key)
+        snapshot = listing.snapshot(items, dict(result.owners), stale=False, generation=generation, max_age=ages)
+        slots.store(principal, snapshot)
         return snapshot
 
     def _fan_out(self, principal: Principal, topic: str, replies_pattern: str) -> tuple[list[Message], int, bool]:
@@ -258,41 +328,38 @@ class Broker:
                 messages.extend(batch)
         return messages, delivery.receivers, finished
 
-    def _describe_round(self, principal: Principal) -> tuple[RoundResult, int]:
-        result, receivers = self._observed_round("describe", self._describe_fan_out, principal, "resources")
-        return result, receivers
-
-    def _observed_round(
-        self, kind: str, fan_out: Callable[[Principal], Any], principal: Principal, items: str
-    ) -> tuple[Any, int]:
-        """One describe or templates round in its span (`broker.<kind>`, with how many `items` it
-        found), counted by how it finished."""
-        with tracing.span(f"broker.{kind}") as span:
-            result, receivers, finished = fan_out(principal)
-            metrics.broker_round(kind, finished)
+    def _observed_round(self, listing: _Listing[_Item, _Snap], principal: Principal) -> tuple[RoundOf[_Item], int]:
+        """One round of `listing` in its span (`broker.<kind>`, with how many items it found),
+        counted by how it finished."""
+        with tracing.span(f"broker.{listing.kind}") as span:
+            result, receivers, finished = self._merged_round(listing, principal)
+            metrics.broker_round(listing.kind, finished)
             if span:
                 _round_attributes(span, principal, receivers, len(result.replied), finished)
-                span.set_attribute(f"astrid.{items}", len(getattr(result, items)))
+                span.set_attribute(f"astrid.{listing.items}", len(result.items))
         return result, receivers
 
-    def _describe_fan_out(self, principal: Principal) -> tuple[RoundResult, int, bool]:
+    def _merged_round(self, listing: _Listing[_Item, _Snap], principal: Principal) -> tuple[RoundOf[_Item], int, bool]:
+        """The fan-out of `listing` and its merge: (result, receivers, all finished)."""
         started = time.perf_counter()
-        messages, receivers, finished = self._fan_out(principal, DESCRIBE_TOPIC, DESCRIBE_REPLIES)
-        result = merge_round(principal, messages, self.limits, self.authority, self.names)
+        messages, receivers, finished = self._fan_out(principal, listing.topic, listing.replies)
+        result = listing.merge(principal, messages, self.limits, self.authority, self.names)
         elapsed = time.perf_counter() - started
-        self.stats.describe_rounds += 1
-        self.stats.last_round_s = elapsed
-        self.stats._keep(self.stats.round_seconds, elapsed)
+        listing.counted(self.stats, elapsed)
         log.info(
-            "describe for %s: %d resources from %d/%d capsules in %.1f ms%s",
+            "%s for %s: %d %s from %d/%d capsules in %.1f ms%s",
+            listing.kind,
             principal,
-            len(result.resources),
+            len(result.items),
+            listing.items,
             len(result.replied),
             receivers,
             elapsed * 1000,
             "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
         )
         return result, receivers, finished
+
+    # -- capsule-set changes -----------------------------------------------------------
 
     def invalidate(self, principal: Principal | None = None) -> None:
         """A capsule-set change: the describe and templates snapshots go stale together."""
@@ -328,60 +395,7 @@ class Broker:
     def template_snapshot(self, principal: Principal, *, refresh: bool = False) -> TemplateSnapshot:
         if not principal.is_verified:
             return TemplateSnapshot(())
-        if not refresh:
-            hit = self.cache.fresh_templates(principal)
-            if hit is not None:
-                return hit
-        with self.cache.round_lock(principal, "templates"):
-            if not refresh:
-                hit = self.cache.fresh_templates(principal)  # another caller's round just finished
-                if hit is not None:
-                    return hit
-            return self._templates(principal)
-
-    def _templates(self, principal: Principal) -> TemplateSnapshot:
-        generation = self.cache.generation(principal)
-        result, receivers = self._templates_round(principal)
-        if result.empty_round and receivers > 0:
-            # As for describe: a lost race must not wipe a good snapshot.
-            previous = self.cache.get_templates(principal)
-            if previous is not None:
-                log.info(
-                    "templates round for %s got no reply from %d receivers; "
-                    "keeping the previous snapshot (%d templates)",
-                    principal,
-                    receivers,
-                    len(previous.templates),
-                )
-                self.cache.mark_templates_stale(principal)
-                return previous
-            snapshot = TemplateSnapshot((), {}, stale=True, generation=generation)
-            self.cache.store_templates(principal, snapshot)
-            return snapshot
-        templates, ages = split_freshness(result.templates, lambda template: template.uri_template)
-        snapshot = TemplateSnapshot(templates, dict(result.owners), stale=False, generation=generation, max_age=ages)
-        self.cache.store_templates(principal, snapshot)
-        return snapshot
-
-    def _templates_round(self, principal: Principal) -> tuple[TemplatesResult, int]:
-        result, receivers = self._observed_round("templates", self._templates_fan_out, principal, "templates")
-        return result, receivers
-
-    def _templates_fan_out(self, principal: Principal) -> tuple[TemplatesResult, int, bool]:
-        started = time.perf_counter()
-        messages, receivers, finished = self._fan_out(principal, TEMPLATES_TOPIC, TEMPLATES_REPLIES)
-        result = merge_templates(principal, messages, self.limits, self.authority, self.names)
-        self.stats.templates_rounds += 1
-        log.info(
-            "templates for %s: %d templates from %d/%d capsules in %.1f ms%s",
-            principal,
-            len(result.templates),
-            len(result.replied),
-            receivers,
-            (time.perf_counter() - started) * 1000,
-            "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
-        )
-        return result, receivers, finished
+        return self._kept_or_round(_TEMPLATES, principal, refresh)
 
     # -- read ------------------------------------------------------------------------
 
@@ -412,7 +426,7 @@ class Broker:
         The same lookup `read_resource` starts with, so what it finds is what that would serve."""
         if not principal.is_verified or tracing.on:  # traced reads take the path that makes their spans
             return None
-        snapshot = self.cache.get(principal)
+        snapshot = self.cache.resources.get(principal)
         if snapshot is None or snapshot.stale:
             return None
         owner = snapshot.owner_of(uri)
@@ -436,7 +450,7 @@ class Broker:
                 FailureCode.INVALID_REQUEST, f"the uri is longer than {self.limits.uri_bytes} bytes"
             )
 
-        snapshot = self.cache.get(principal)
+        snapshot = self.cache.resources.get(principal)
         if snapshot is None:
             # The principal's first read: learn who lists what first, so a
             # listed URI is served by its listed owner and nobody else.
@@ -579,13 +593,13 @@ class Broker:
 
     def _owner_of(self, principal: Principal, uri: str, *, cached_only: bool) -> str | None:
         """The owner of `uri` for `principal`; `cached_only`: from the snapshots there are, fresh or not."""
-        snapshot = self.cache.get(principal) if cached_only else self.snapshot(principal)
+        snapshot = self.cache.resources.get(principal) if cached_only else self.snapshot(principal)
         if snapshot is None:
             return None
         listed = snapshot.owner_of(uri)
         if listed is not None:
             return listed
-        templates = self.cache.get_templates(principal) if cached_only else self.template_snapshot(principal)
+        templates = self.cache.templates.get(principal) if cached_only else self.template_snapshot(principal)
         route = templates.route(uri) if templates is not None else None
         return route.owner if route is not None else None
 
@@ -613,7 +627,7 @@ class Broker:
             if self.announcements.refused(source):
                 log.warning("capsule %s announced an update that is not an `updated` record: %s", label, exc)
             return False
-        if self.cache.get(principal) is None:
+        if self.cache.resources.get(principal) is None:
             # Nobody has listed, read or subscribed as this principal: nobody can be told.
             log.debug("update of %s for %s dropped: the principal has no snapshot", uri, principal)
             return False
@@ -645,13 +659,13 @@ class Broker:
         return True
 
     def _may_be_stale(self, principal: Principal) -> bool:
-        snapshot, templates = self.cache.get(principal), self.cache.get_templates(principal)
+        snapshot, templates = self.cache.resources.get(principal), self.cache.templates.get(principal)
         return (
             snapshot is None
             or snapshot.stale
-            or self.cache.fresh(principal) is None
+            or self.cache.resources.fresh(principal) is None
             or templates is None
-            or self.cache.fresh_templates(principal) is None
+            or self.cache.templates.fresh(principal) is None
         )
 
     # -- completion ------------------------------------------------------------------

@@ -7,6 +7,8 @@ snapshot is never served without a new round first.
 
 The templates snapshot (docs/contract/templates.md §9.3) lives beside the describe
 snapshot and shares its generation counter: the same events invalidate both.
+Both are a `Kept` snapshot, each kind kept in its own `Slots` (`cache.resources`,
+`cache.templates`) under the cache's one lock.
 
 Each snapshot also keeps the freshness its entries declared (`max_age`, from
 their `meta`'s `astrid` key, which the broker strips before storing them).
@@ -20,40 +22,48 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from astrid.host.broker.templates import TemplateRoute, pick_template, template_routes
 from astrid.host.bus import Principal
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 
-
-@dataclass(frozen=True)
-class Snapshot:
-    resources: tuple[ResourceDefinition, ...]
-    # uri -> source-id: a listed uri is read from this owner only (docs/contract/resources.md §5.3)
-    owners: dict[str, str] = field(default_factory=dict)
-    stale: bool = False
-    generation: int = 0
-    # uri -> the max_age_s its definition declared (docs/contract/resources.md §5.7)
-    max_age: dict[str, float] = field(default_factory=dict)
-
-    def owner_of(self, uri: str) -> str | None:
-        return self.owners.get(uri)
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
-class TemplateSnapshot:
-    templates: tuple[ResourceTemplate, ...]
-    # uri_template -> source-id: completions go to this owner only
+class Kept(Generic[Item]):
+    """One principal's snapshot of one listing: what a round merged, and who owns each key."""
+
+    items: tuple[Item, ...]
+    # key -> source-id: a listed uri is read from this owner only (docs/contract/resources.md §5.3),
+    # a template's completions go to this owner only
     owners: dict[str, str] = field(default_factory=dict)
     stale: bool = False
     generation: int = 0
-    # uri_template -> the max_age_s it declared: for every URI it serves
+    # key -> the max_age_s its entry declared (docs/contract/resources.md §5.7): for a
+    # template, for every URI it serves
     max_age: dict[str, float] = field(default_factory=dict)
 
-    def owner_of(self, uri_template: str) -> str | None:
-        return self.owners.get(uri_template)
+    def owner_of(self, key: str) -> str | None:
+        return self.owners.get(key)
+
+
+class Snapshot(Kept[ResourceDefinition]):
+    """A principal's describe snapshot, keyed by `uri`."""
+
+    @property
+    def resources(self) -> tuple[ResourceDefinition, ...]:
+        return self.items
+
+
+class TemplateSnapshot(Kept[ResourceTemplate]):
+    """A principal's templates snapshot, keyed by `uri_template`, and the routing table it makes."""
+
+    @property
+    def templates(self) -> tuple[ResourceTemplate, ...]:
+        return self.items
 
     @cached_property
     def routes(self) -> tuple[TemplateRoute, ...]:
@@ -64,16 +74,60 @@ class TemplateSnapshot:
         return pick_template(self.routes, uri)
 
 
-_Snap = TypeVar("_Snap", Snapshot, TemplateSnapshot)
+_Snap = TypeVar("_Snap", bound=Kept[Any])
+
+
+class Slots(Generic[_Snap]):
+    """One kind of snapshot, one per principal, under its cache's lock and generations."""
+
+    def __init__(self, lock: threading.Lock, current: Callable[[Principal], int]) -> None:
+        self._lock = lock  # the cache's: shared with the other kind and the generations
+        self._current = current  # the principal's generation; called with the lock held
+        self._table: dict[Principal, _Snap] = {}
+
+    def get(self, principal: Principal) -> _Snap | None:
+        """The principal's snapshot, fresh or not (the previous good one when stale)."""
+        with self._lock:
+            return self._table.get(principal)
+
+    def fresh(self, principal: Principal) -> _Snap | None:
+        """The principal's snapshot when it may be served without a new round."""
+        with self._lock:
+            snapshot = self._table.get(principal)
+            if snapshot is None or snapshot.stale or snapshot.generation != self._current(principal):
+                return None
+            return snapshot
+
+    def store(self, principal: Principal, snapshot: _Snap) -> None:
+        with self._lock:
+            if snapshot.generation != self._current(principal):
+                # the capsule set changed while the round ran: keep it, but stale
+                snapshot = replace(snapshot, stale=True)
+            self._table[principal] = snapshot
+
+    def mark_stale(self, principal: Principal) -> None:
+        with self._lock:
+            snapshot = self._table.get(principal)
+            if snapshot is not None and not snapshot.stale:
+                self._table[principal] = replace(snapshot, stale=True)
+
+    def stale_locked(self, principal: Principal | None) -> None:
+        """Mark `principal`'s snapshot (None: everyone's) stale; the caller holds the lock."""
+        for target in list(self._table) if principal is None else [principal]:
+            snapshot = self._table.get(target)
+            if snapshot is not None:
+                self._table[target] = replace(snapshot, stale=True)
 
 
 class SnapshotCache:
+    """The describe snapshots (`resources`) and the templates snapshots (`templates`), per principal."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._snapshots: dict[Principal, Snapshot] = {}
-        self._templates: dict[Principal, TemplateSnapshot] = {}
         self._generations: dict[Principal, int] = {}
         self._global_generation = 0
+        self.resources: Slots[Snapshot] = Slots(self._lock, self._current)
+        self.templates: Slots[TemplateSnapshot] = Slots(self._lock, self._current)
         self._round_locks: dict[tuple[str, Principal], threading.Lock] = {}
         self._listeners: list[Callable[[Principal | None], None]] = []
 
@@ -89,59 +143,9 @@ class SnapshotCache:
         with self._lock:
             return self._current(principal)
 
-    # -- generic over both tables (the caller holds no lock) ---------------------------
-
-    def _fresh(self, table: dict[Principal, _Snap], principal: Principal) -> _Snap | None:
-        with self._lock:
-            snapshot = table.get(principal)
-            if snapshot is None or snapshot.stale or snapshot.generation != self._current(principal):
-                return None
-            return snapshot
-
-    def _store(self, table: dict[Principal, _Snap], principal: Principal, snapshot: _Snap) -> None:
-        with self._lock:
-            if snapshot.generation != self._current(principal):
-                # the capsule set changed while the round ran: keep it, but stale
-                snapshot = replace(snapshot, stale=True)
-            table[principal] = snapshot
-
-    def _mark_stale(self, table: dict[Principal, _Snap], principal: Principal) -> None:
-        with self._lock:
-            snapshot = table.get(principal)
-            if snapshot is not None and not snapshot.stale:
-                table[principal] = replace(snapshot, stale=True)
-
-    # -- describe snapshots -------------------------------------------------------------
-
     def get(self, principal: Principal) -> Snapshot | None:
-        with self._lock:
-            return self._snapshots.get(principal)
-
-    def fresh(self, principal: Principal) -> Snapshot | None:
-        return self._fresh(self._snapshots, principal)
-
-    def store(self, principal: Principal, snapshot: Snapshot) -> None:
-        self._store(self._snapshots, principal, snapshot)
-
-    def mark_stale(self, principal: Principal) -> None:
-        self._mark_stale(self._snapshots, principal)
-
-    # -- templates snapshots ------------------------------------------------------------
-
-    def get_templates(self, principal: Principal) -> TemplateSnapshot | None:
-        with self._lock:
-            return self._templates.get(principal)
-
-    def fresh_templates(self, principal: Principal) -> TemplateSnapshot | None:
-        return self._fresh(self._templates, principal)
-
-    def store_templates(self, principal: Principal, snapshot: TemplateSnapshot) -> None:
-        self._store(self._templates, principal, snapshot)
-
-    def mark_templates_stale(self, principal: Principal) -> None:
-        self._mark_stale(self._templates, principal)
-
-    # -- both ---------------------------------------------------------------------------
+        """The principal's describe snapshot, fresh or not (`resources.get`)."""
+        return self.resources.get(principal)
 
     def invalidate(self, principal: Principal | None = None) -> None:
         """A capsule-set change for `principal` (None: for everyone): both snapshots go stale."""
@@ -150,8 +154,8 @@ class SnapshotCache:
                 self._global_generation += 1
             else:
                 self._generations[principal] = self._generations.get(principal, 0) + 1
-            _stale(self._snapshots, principal)
-            _stale(self._templates, principal)
+            self.resources.stale_locked(principal)
+            self.templates.stale_locked(principal)
             listeners = list(self._listeners)
         for listener in listeners:
             listener(principal)
@@ -164,11 +168,3 @@ class SnapshotCache:
             if lock is None:
                 lock = self._round_locks[key] = threading.Lock()
             return lock
-
-
-def _stale(table: dict[Principal, _Snap], principal: Principal | None) -> None:
-    """Mark `principal`'s entry (None: every entry) of `table` stale; the caller holds the lock."""
-    for target in list(table) if principal is None else [principal]:
-        snapshot = table.get(target)
-        if snapshot is not None:
-            table[target] = replace(snapshot, stale=True)

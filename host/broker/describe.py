@@ -17,42 +17,23 @@ shares (`merge.merge`), in a fixed order:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
-from astrid.host.broker.merge import FanOut, merge
+from astrid.host.broker.merge import Collision as Collision  # a describe round's collisions, by their old name
+from astrid.host.broker.merge import FanOut, RoundOf, merge
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.resource import DescribeResponse, ResourceDefinition
 from astrid.host.limits import Limits
 
 
-@dataclass(frozen=True)
-class Collision:
-    uri: str
-    winner: str
-    loser: str
-    principal: Principal
-
-
-@dataclass
-class RoundResult:
-    """What one describe round produced for one principal."""
-
-    principal: Principal
-    resources: list[ResourceDefinition] = field(default_factory=list)
-    owners: dict[str, str] = field(default_factory=dict)  # uri -> source-id
-    replied: set[str] = field(default_factory=set)  # source-ids whose reply was accepted
-    collisions: list[Collision] = field(default_factory=list)
-    dropped_replies: int = 0
-    dropped_entries: int = 0
-    capped: int = 0
+class RoundResult(RoundOf[ResourceDefinition]):
+    """What one describe round produced for one principal (its `items` are its resources)."""
 
     @property
-    def empty_round(self) -> bool:
-        """No capsule got an acceptable reply in (a lost race, not "no resources")."""
-        return not self.replied
+    def resources(self) -> list[ResourceDefinition]:
+        return self.items
 
 
 def _one_definition(entry: object, context: dict[str, Any]) -> ResourceDefinition:
@@ -81,14 +62,4 @@ def merge_round(
     authority: UriAuthority = OPEN,
     names: CapsuleNames = NO_NAMES,
 ) -> RoundResult:
-    merged = merge(DESCRIBE, principal, messages, limits, authority, names)
-    return RoundResult(
-        principal,
-        resources=merged.items,
-        owners=merged.owners,
-        replied=merged.replied,
-        collisions=[Collision(uri, winner, loser, principal) for uri, winner, loser in merged.collisions],
-        dropped_replies=merged.dropped_replies,
-        dropped_entries=merged.dropped_entries,
-        capped=merged.capped,
-    )
+    return RoundResult.of(principal, merge(DESCRIBE, principal, messages, limits, authority, names))

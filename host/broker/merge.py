@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from pydantic import ValidationError
 
@@ -69,6 +69,50 @@ class Merged(Generic[Item]):
     dropped_replies: int = 0
     dropped_entries: int = 0
     capped: int = 0
+
+
+@dataclass(frozen=True)
+class Collision:
+    """Two capsules offered one key; the lexicographically first source-id won."""
+
+    key: str  # the uri, or the uri_template
+    winner: str
+    loser: str
+    principal: Principal
+
+
+@dataclass
+class RoundOf(Generic[Item]):
+    """What one round of a fan-out produced for one principal: `Merged`, with the principal it ran for.
+
+    `describe.RoundResult` and `templates.TemplatesResult` are this, named for their kind."""
+
+    principal: Principal
+    items: list[Item] = field(default_factory=list)
+    owners: dict[str, str] = field(default_factory=dict)  # key -> source-id
+    replied: set[str] = field(default_factory=set)  # source-ids whose reply was accepted
+    collisions: list[Collision] = field(default_factory=list)
+    dropped_replies: int = 0
+    dropped_entries: int = 0
+    capped: int = 0
+
+    @property
+    def empty_round(self) -> bool:
+        """No capsule got an acceptable reply in (a lost race, not "nothing listed")."""
+        return not self.replied
+
+    @classmethod
+    def of(cls, principal: Principal, merged: Merged[Item]) -> Self:
+        return cls(
+            principal,
+            items=merged.items,
+            owners=merged.owners,
+            replied=merged.replied,
+            collisions=[Collision(key, winner, loser, principal) for key, winner, loser in merged.collisions],
+            dropped_replies=merged.dropped_replies,
+            dropped_entries=merged.dropped_entries,
+            capped=merged.capped,
+        )
 
 
 def merge(

@@ -28,43 +28,26 @@ so the pick never depends on arrival order).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
-from astrid.host.broker.merge import FanOut, merge
+from astrid.host.broker.merge import Collision, FanOut, RoundOf, merge
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.template import ResourceTemplate, TemplatesResponse
 from astrid.host.contract.uri_template import UriTemplate
 from astrid.host.limits import Limits
 
-
-@dataclass(frozen=True)
-class TemplateCollision:
-    uri_template: str
-    winner: str
-    loser: str
-    principal: Principal
+TemplateCollision = Collision  # a templates round's collisions, by their old name
 
 
-@dataclass
-class TemplatesResult:
-    """What one templates round produced for one principal."""
-
-    principal: Principal
-    templates: list[ResourceTemplate] = field(default_factory=list)
-    owners: dict[str, str] = field(default_factory=dict)  # uri_template -> source-id
-    replied: set[str] = field(default_factory=set)  # source-ids whose reply was accepted
-    collisions: list[TemplateCollision] = field(default_factory=list)
-    dropped_replies: int = 0
-    dropped_entries: int = 0
-    capped: int = 0
+class TemplatesResult(RoundOf[ResourceTemplate]):
+    """What one templates round produced for one principal (its `items` are its templates)."""
 
     @property
-    def empty_round(self) -> bool:
-        """No capsule got an acceptable reply in (a lost race, not "no templates")."""
-        return not self.replied
+    def templates(self) -> list[ResourceTemplate]:
+        return self.items
 
 
 @dataclass(frozen=True)
@@ -108,17 +91,7 @@ def merge_templates(
     authority: UriAuthority = OPEN,
     names: CapsuleNames = NO_NAMES,
 ) -> TemplatesResult:
-    merged = merge(TEMPLATES, principal, messages, limits, authority, names)
-    return TemplatesResult(
-        principal,
-        templates=merged.items,
-        owners=merged.owners,
-        replied=merged.replied,
-        collisions=[TemplateCollision(text, winner, loser, principal) for text, winner, loser in merged.collisions],
-        dropped_replies=merged.dropped_replies,
-        dropped_entries=merged.dropped_entries,
-        capped=merged.capped,
-    )
+    return TemplatesResult.of(principal, merge(TEMPLATES, principal, messages, limits, authority, names))
 
 
 def template_routes(owners: Mapping[str, str]) -> tuple[TemplateRoute, ...]:
