@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("astrid.host.broker")
 
 _Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
+_Request = TypeVar("_Request", ListResourcesRequest, ListTemplatesRequest)
 
 # Stands for the req_id in a cached list reply: as long as the longest req_id
 # (128), so a reply trimmed to the bus limit still fits with the real one.
@@ -112,13 +113,19 @@ class FrontDoors:
         """The sender, for the log: a capsule by name (see `names`), anyone else by source-id."""
         return self.broker.names.label(message.source_id)
 
+    def _request(self, model: type[_Request], message: Message, what: str) -> _Request | None:
+        """The request `message` carries; None (and a log line) when it cannot be answered."""
+        try:
+            return model.model_validate(json.loads(message.payload))
+        except (ValueError, ValidationError) as exc:
+            log.warning("unanswerable %s request from %s: %s", what, self._who(message), _reason(exc))
+            return None
+
     # -- list ---------------------------------------------------------------------------
 
     def on_list(self, message: Message) -> None:
-        try:
-            request = ListResourcesRequest.model_validate(json.loads(message.payload))
-        except (ValueError, ValidationError) as exc:
-            log.warning("unanswerable list request from %s: %s", self._who(message), _reason(exc))
+        request = self._request(ListResourcesRequest, message, "list")
+        if request is None:
             return
         try:
             resources = self.listed(message.principal, refresh=request.refresh)
@@ -277,10 +284,8 @@ class FrontDoors:
     # -- templates ----------------------------------------------------------------------
 
     def on_templates(self, message: Message) -> None:
-        try:
-            request = ListTemplatesRequest.model_validate(json.loads(message.payload))
-        except (ValueError, ValidationError) as exc:
-            log.warning("unanswerable templates request from %s: %s", self._who(message), _reason(exc))
+        request = self._request(ListTemplatesRequest, message, "templates")
+        if request is None:
             return
         try:
             templates = self.templates(message.principal, refresh=request.refresh)
