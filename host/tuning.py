@@ -126,6 +126,8 @@ class McpTuning:
     stdio_drain_s: float = 15.0
     # a principal at its session cap is warned about at most this often
     session_cap_warn_every_s: float = 60.0
+    # a bearer token refused for one reason is said at most this often (the next line counts the rest)
+    refused_token_line_every_s: float = 10.0
     # failed logins: at most this many lines per window, then one summary
     failed_login_window_s: float = 10.0
     failed_login_lines_per_window: int = 5

@@ -36,8 +36,9 @@ What a token must be to pass:
 
 Every refusal returns None and logs a warning line that says why (expired,
 wrong audience, wrong issuer, bad signature, unknown key, JWKS unreachable,
-...), at most one per reason every `REFUSAL_LINE_EVERY_S` seconds (the next
-says how many more there were): a sender of bad tokens cannot flood the log.
+...), at most one per reason every `MCP_TUNING.refused_token_line_every_s`
+seconds (the next says how many more there were): a sender of bad tokens
+cannot flood the log.
 The token is never logged, and neither is any claim value: what an attacker
 sent must not be able to forge log lines. An unexpected error (a verifier bug)
 is logged with its text, the token cut out and the text escaped to one line.
@@ -70,6 +71,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from astrid.host.auth.principal import BearerIdentity, principal_problem
 from astrid.host.errors import AuthConfigError
 from astrid.host.log_throttle import LogThrottles
+from astrid.host.tuning import MCP_TUNING
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +82,6 @@ MAX_TOKEN_CHARS = 16 * 1024
 """Longer bearer tokens are refused unparsed (real access tokens are a few KiB at most)."""
 
 REQUIRED_CLAIMS = ("exp", "iss", "aud")
-
-REFUSAL_LINE_EVERY_S = 10.0
-"""A refusal's reason is logged at most once per this many seconds; the next line counts the rest."""
 
 ERROR_TEXT_CHARS = 200
 """How much of an unexpected error's text a refusal line keeps."""
@@ -134,7 +133,8 @@ class JwtVerifier:
         self.principal_claim = principal_claim
         self.leeway = leeway
         self._keys = _KeySource(jwks_url, fetch_timeout, cache_lifespan, refresh_cooldown, failure_backoff)
-        self._refusal_lines = LogThrottles(REFUSAL_LINE_EVERY_S)  # by reason: fixed phrases, never token content
+        # by reason: fixed phrases, never token content
+        self._refusal_lines = LogThrottles(MCP_TUNING.refused_token_line_every_s)
 
     def principal_for(self, token: str) -> str | None:
         """The principal a genuine token names, else None (the reason is logged)."""

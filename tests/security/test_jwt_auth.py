@@ -268,7 +268,7 @@ def test_a_spray_of_bad_tokens_logs_a_line_per_reason_not_a_line_per_token(
         lines = [record.getMessage() for record in caplog.records if record.name == LOGGER]
         assert len(lines) == 2, lines  # the first of each reason: malformed, expired
 
-        now[0] += oidc.REFUSAL_LINE_EVERY_S  # a period later the next line counts what was not said
+        now[0] += oidc.MCP_TUNING.refused_token_line_every_s  # a period later the next line counts what was not said
         caplog.clear()
         assert verifier.principal_for(expired) is None
     [line] = [record.getMessage() for record in caplog.records if record.name == LOGGER]
