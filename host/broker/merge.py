@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 from pydantic import ValidationError
 
+from astrid.host.bounded_lru import BoundedLru
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
@@ -309,12 +309,11 @@ class CheckedReplies:
         max_chars: int = BROKER_TUNING.checked_reply_chars_kept,
         max_reply_chars: int = BROKER_TUNING.checked_reply_chars_max,
     ) -> None:
-        self._max_replies = max_replies
-        self._max_chars = max_chars
         self._max_reply_chars = max_reply_chars  # a bigger reply is checked every time, never kept
         self._lock = threading.Lock()
-        self._kept: OrderedDict[tuple[str, Limits, str], tuple[CheckedEntry[Any], ...] | str] = OrderedDict()
-        self._chars = 0
+        self._kept: BoundedLru[tuple[str, Limits, str], tuple[CheckedEntry[Any], ...] | str] = BoundedLru(
+            max_replies, max_chars
+        )
 
     def checked(self, kind: FanOut[Item], message: Message, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
         payload = message.payload
@@ -323,17 +322,11 @@ class CheckedReplies:
         key = (kind.array, limits, payload)
         with self._lock:
             kept = self._kept.get(key)
-            if kept is not None:
-                self._kept.move_to_end(key)
-                return kept
+        if kept is not None:
+            return kept
         checked = self._check(kind, message, limits)
         with self._lock:
-            if key not in self._kept:
-                self._kept[key] = checked
-                self._chars += len(payload)
-            while len(self._kept) > self._max_replies or self._chars > self._max_chars:
-                (_, _, dropped), _ = self._kept.popitem(last=False)
-                self._chars -= len(dropped)
+            self._kept.put(key, checked, len(payload))
         return checked
 
     @staticmethod

@@ -28,11 +28,11 @@ import json
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from astrid.host.bounded_lru import BoundedLru
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Principal
 from astrid.host.contract.resource import BlobChunk, TextChunk
@@ -124,7 +124,6 @@ class _Entry:
     contents: tuple[TextChunk | BlobChunk, ...]
     source_id: str
     expires: float
-    size: int
 
 
 _Key = tuple[Principal, str, str]  # (principal, uri, owner source-id)
@@ -144,8 +143,7 @@ class ReadCache:
         self.max_bytes = max_bytes
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[_Key, _Entry] = OrderedDict()
-        self._bytes = 0
+        self._entries: BoundedLru[_Key, _Entry] = BoundedLru(max_entries, max_bytes)
         self._epochs: dict[Principal, int] = {}
         self._global_epoch = 0
         self.hits = 0
@@ -158,7 +156,7 @@ class ReadCache:
     @property
     def bytes(self) -> int:
         with self._lock:
-            return self._bytes
+            return self._entries.size
 
     def epoch(self, principal: Principal) -> int:
         """Take before a read; `store` refuses the result if the principal's entries were dropped since."""
@@ -174,9 +172,8 @@ class ReadCache:
                 return None
             left = entry.expires - self._clock()
             if left <= 0:
-                self._drop(key)
+                self._entries.pop(key)
                 return None
-            self._entries.move_to_end(key)
             self.hits += 1
         return FreshRead(contents=entry.contents, source_id=entry.source_id, max_age_s=left)
 
@@ -193,13 +190,8 @@ class ReadCache:
         with self._lock:
             if self._global_epoch + self._epochs.get(principal, 0) != epoch:
                 return False  # dropped while the read ran: what it read may be of the old capsule set
-            if key in self._entries:
-                self._drop(key)
-            entry = _Entry(outcome.contents, owner, self._clock() + min(max_age_s, MAX_AGE_CAP_S), size)
-            self._entries[key] = entry
-            self._bytes += size
-            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                self._drop(next(iter(self._entries)))
+            entry = _Entry(outcome.contents, owner, self._clock() + min(max_age_s, MAX_AGE_CAP_S))
+            self._entries.put(key, entry, size)
             self.stores += 1
         return True
 
@@ -209,21 +201,17 @@ class ReadCache:
             if principal is None:
                 self._global_epoch += 1
                 self._entries.clear()
-                self._bytes = 0
                 return
             self._epochs[principal] = self._epochs.get(principal, 0) + 1
-            for key in [key for key in self._entries if key[0] == principal]:
-                self._drop(key)
+            for key in self._entries.keys():
+                if key[0] == principal:
+                    self._entries.pop(key)
 
     def invalidate_uri(self, principal: Principal, uri: str) -> None:
         """Drop `principal`'s entries of `uri` (whichever owner kept them); a read of the
         principal's running now is not stored (it may have read the old content)."""
         with self._lock:
             self._epochs[principal] = self._epochs.get(principal, 0) + 1
-            for key in [key for key in self._entries if key[0] == principal and key[1] == uri]:
-                self._drop(key)
-
-    def _drop(self, key: _Key) -> None:
-        """The caller holds the lock."""
-        entry = self._entries.pop(key)
-        self._bytes -= entry.size
+            for key in self._entries.keys():
+                if key[0] == principal and key[1] == uri:
+                    self._entries.pop(key)

@@ -65,7 +65,7 @@ from astrid.host.contract.frontdoor import CompletionReply, FailureCode, FrontDo
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
-from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
+from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, HttpLimits, Limits, SubscriptionLimits
 from astrid.host.mcp.access import note_request
 from astrid.host.mcp.changes import ListChanged
 from astrid.host.mcp.credential_watch import CredentialWatch
@@ -91,8 +91,9 @@ T = TypeVar("T")
 # Principal-scoped results: a shared cache must never serve them to someone else.
 LIST_TTL_MS = 0
 READ_TTL_MS = 0
-MAX_REQUESTS_PER_PRINCIPAL = 16
-MAX_STREAMS_PER_PRINCIPAL = 16
+# The HTTP limits' defaults (HTTP sets its configured ones; stdio serves one principal with these)
+MAX_REQUESTS_PER_PRINCIPAL = HttpLimits.requests_per_principal
+MAX_STREAMS_PER_PRINCIPAL = HttpLimits.streams_per_principal
 SERVER_BUSY = -32000  # JSON-RPC's implementation-defined server error range
 
 

@@ -26,18 +26,14 @@ import pytest
 from astrid.capsules import CAPSULES_DIR
 from tests.e2e.builds import TEST_CAPSULES
 from tests.support.capsules import build_clean
+from tests.support.jsonrpc import initialize_request
 from tests.support.processes import LineReader, astrid_exe, serve_args, server_env
 
 pytestmark = pytest.mark.slow
 
 CTRL_C = b"\x03"
 STOP_WITHIN_S = 5.0
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "tty", "version": "0"}},
-}
+INITIALIZE = initialize_request("tty")
 
 
 @dataclass

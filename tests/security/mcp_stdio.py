@@ -13,6 +13,7 @@ import uuid
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+from tests.support.jsonrpc import initialize_request
 from tests.support.processes import LineReader, astrid_exe, serve_args, server_env
 from tests.support.stdio import StdioSession, stdio_session
 
@@ -70,10 +71,7 @@ class RawServer:
         return self.until_id(request_id, timeout_s)[0]
 
     def initialize(self) -> dict:
-        reply = self.request(
-            "initialize",
-            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-        )
+        reply = self.request("initialize", initialize_request("raw")["params"])
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return reply
 

@@ -15,16 +15,12 @@ import pytest
 from mcp import MCPError
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
+from tests.support.jsonrpc import initialize_request
 from tests.support.processes import run_astrid
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "attacker", "version": "1"}},
-}
+INITIALIZE = initialize_request("attacker")
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 SERVED_LINES = ("resources.list for", "resource.read ", "describe for")
 

@@ -25,17 +25,13 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
+from tests.support.jsonrpc import initialize_request
 from tests.support.jwks import AUDIENCE, ISSUER, serve_jwks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 FD_LIMIT = 1024
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
+INITIALIZE = initialize_request("t")
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 

@@ -16,17 +16,13 @@ import httpx2
 import pytest
 
 from tests.support.http import HttpServer, http_server, http_session, text_of
+from tests.support.jsonrpc import initialize_request
 from tests.support.jwks import AUDIENCE, ISSUER, Issuer, KeyKind, serve_jwks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
+INITIALIZE = initialize_request("t")
 
 
 @pytest.fixture

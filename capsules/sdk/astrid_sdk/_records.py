@@ -103,6 +103,37 @@ class Icon:
         return wire
 
 
+def _shared_fields(name, title, description, mime_type, annotations, icons) -> tuple:
+    """The fields a resource and a template share, checked (each its own error), in this order."""
+    texts = (
+        check_text(name, "name", MAX_URI_BYTES),
+        opt_text(title, "title", MAX_TITLE_BYTES),
+        opt_text(description, "description", MAX_DESCRIPTION_BYTES),
+        opt_text(mime_type, "mime_type", 256),
+    )
+    checked_annotations = Annotations.coerce(annotations)
+    checked_icons = [Icon.coerce(icon) for icon in icons or ()]
+    if len(checked_icons) > MAX_ICONS:
+        raise DefinitionError(f"{len(checked_icons)} icons, over the limit of {MAX_ICONS}")
+    return (*texts, checked_annotations, tuple(checked_icons))
+
+
+def _shared_wire(record, wire: dict, optional: tuple[str, ...]) -> dict:
+    """`wire` (the record's key field) with the shared fields and `optional` of its own, by the
+    encoding rule above; in the order the wire always had."""
+    wire["name"] = record.name
+    for key in ("title", "description", "mime_type", *optional):
+        value = getattr(record, key)
+        if value is not None:
+            wire[key] = value
+    if record.annotations is not None:
+        wire["annotations"] = record.annotations.to_wire()
+    wire["icons"] = [icon.to_wire() for icon in record.icons]
+    if record.meta is not None:
+        wire["meta"] = record.meta
+    return wire
+
+
 class Resource:
     """One listed resource (`resource-definition`), validated on construction."""
 
@@ -123,18 +154,13 @@ class Resource:
         max_age_s=None,
     ):
         self.uri = check_uri(uri)
-        self.name = check_text(name if name is not None else uri, "name", MAX_URI_BYTES)
-        self.title = opt_text(title, "title", MAX_TITLE_BYTES)
-        self.description = opt_text(description, "description", MAX_DESCRIPTION_BYTES)
-        self.mime_type = opt_text(mime_type, "mime_type", 256)
+        name = name if name is not None else uri
+        self.name, self.title, self.description, self.mime_type, self.annotations, self.icons = _shared_fields(
+            name, title, description, mime_type, annotations, icons
+        )
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**32):
             raise DefinitionError("size must be an integer from 0 to 2**32-1 (bytes before base64)")
         self.size = size
-        self.annotations = Annotations.coerce(annotations)
-        icons = [Icon.coerce(icon) for icon in icons or ()]
-        if len(icons) > MAX_ICONS:
-            raise DefinitionError(f"{len(icons)} icons, over the limit of {MAX_ICONS}")
-        self.icons = tuple(icons)
         self.meta = freshness_meta(meta, max_age_s)
 
     @property
@@ -151,17 +177,7 @@ class Resource:
         return copy
 
     def to_wire(self) -> dict:
-        wire: dict = {"uri": self.uri, "name": self.name}
-        for key in ("title", "description", "mime_type", "size"):
-            value = getattr(self, key)
-            if value is not None:
-                wire[key] = value
-        if self.annotations is not None:
-            wire["annotations"] = self.annotations.to_wire()
-        wire["icons"] = [icon.to_wire() for icon in self.icons]
-        if self.meta is not None:
-            wire["meta"] = self.meta
-        return wire
+        return _shared_wire(self, {"uri": self.uri}, ("size",))
 
     def __repr__(self) -> str:
         return f"Resource({self.uri!r}, name={self.name!r})"
@@ -187,15 +203,10 @@ class ResourceTemplate:
     ):
         self.uri_template = check_text(uri_template, "uri_template", MAX_URI_BYTES)
         self.parsed = UriTemplate.parse(self.uri_template)
-        self.name = check_text(name if name is not None else uri_template, "name", MAX_URI_BYTES)
-        self.title = opt_text(title, "title", MAX_TITLE_BYTES)
-        self.description = opt_text(description, "description", MAX_DESCRIPTION_BYTES)
-        self.mime_type = opt_text(mime_type, "mime_type", 256)
-        self.annotations = Annotations.coerce(annotations)
-        icons = [Icon.coerce(icon) for icon in icons or ()]
-        if len(icons) > MAX_ICONS:
-            raise DefinitionError(f"{len(icons)} icons, over the limit of {MAX_ICONS}")
-        self.icons = tuple(icons)
+        name = name if name is not None else uri_template
+        self.name, self.title, self.description, self.mime_type, self.annotations, self.icons = _shared_fields(
+            name, title, description, mime_type, annotations, icons
+        )
         self.meta = freshness_meta(meta, max_age_s)
 
     @property
@@ -204,17 +215,7 @@ class ResourceTemplate:
         return declared_max_age(self.meta)
 
     def to_wire(self) -> dict:
-        wire: dict = {"uri_template": self.uri_template, "name": self.name}
-        for key in ("title", "description", "mime_type"):
-            value = getattr(self, key)
-            if value is not None:
-                wire[key] = value
-        if self.annotations is not None:
-            wire["annotations"] = self.annotations.to_wire()
-        wire["icons"] = [icon.to_wire() for icon in self.icons]
-        if self.meta is not None:
-            wire["meta"] = self.meta
-        return wire
+        return _shared_wire(self, {"uri_template": self.uri_template}, ())
 
     def __repr__(self) -> str:
         return f"ResourceTemplate({self.uri_template!r}, name={self.name!r})"

@@ -44,15 +44,11 @@ from astrid.host.mcp.sdk_internals import (
     streamable_http_app,
 )
 from astrid.host.mcp.server import AstridMcpServer
+from tests.support.jsonrpc import initialize_request
 
 pytestmark = pytest.mark.anyio
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pin", "version": "0"}},
-}
+INITIALIZE = initialize_request("pin")
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
