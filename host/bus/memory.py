@@ -103,6 +103,7 @@ class InMemoryDelivery:
         self._runs = runs
         self._pending = len(runs)
         self._cond = threading.Condition()
+        self._when_finished: list[Callable[[], None]] = []
 
     @property
     def reached(self) -> frozenset[str]:
@@ -113,8 +114,21 @@ class InMemoryDelivery:
         """A dispatcher calls this once per handler run, when the handler returns."""
         with self._cond:
             self._pending -= 1
-            if self._pending <= 0:
-                self._cond.notify_all()
+            if self._pending > 0:
+                return
+            self._cond.notify_all()
+            callbacks, self._when_finished = self._when_finished, []
+        for callback in callbacks:
+            callback()
+
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once every handler invoked for the message has finished: now when they
+        have, else on the thread that finishes the last one (so it must be quick, and never raise)."""
+        with self._cond:
+            if self._pending > 0:
+                self._when_finished.append(callback)
+                return
+        callback()
 
     @property
     def finished(self) -> bool:

@@ -4,14 +4,12 @@ for a queue group) and, once this host's handlers have finished, which participa
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from astrid.host.bus.memory import InMemoryDelivery
 from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.envelope import H_HOST
 from astrid.host.bus.topics import ClusterTopics
-from astrid.host.telemetry import tracing
 from astrid.host.tuning import NATS_TUNING
 
 
@@ -31,37 +29,42 @@ class Reports:
     def when_done(
         self, delivery: InMemoryDelivery, origin: str, message_id: str, group: str | None, received: Any
     ) -> None:
-        # One thread per message, waiting for this host's handlers. Reporting straight from the last
-        # handler's finish was tried: the asker then once took the done report before the owner's
-        # reply and called the owner silent (a CI run). Open: order the report after the reply.
-        threading.Thread(
-            target=self._report,
-            args=(delivery, origin, message_id, group, received),
-            name="astrid-nats-report",
-            daemon=True,
-        ).start()
+        """Report once this host's handlers have finished, or after `NATS_TUNING.report_wait_s` at the latest (call
+        on the loop). No thread waits per message: a timer on the loop and a callback on the delivery
+        race, and both are dropped once the report went."""
+        sent = False
+
+        def report() -> None:  # on the loop: the first of the two reports
+            nonlocal sent
+            if not sent:
+                sent = True
+                timer.cancel()
+                self._report(delivery, origin, message_id, group, received)
+
+        def finished() -> None:  # on the thread that finished the last handler (here, when none ran)
+            try:
+                loop.call_soon_threadsafe(report)
+            except RuntimeError:  # the loop closed meanwhile: only the hop's span is left to end
+                report()
+
+        loop = self._connection.loop
+        timer = loop.call_later(NATS_TUNING.report_wait_s, report)
+        delivery.when_finished(finished)
 
     def _report(
-        self,
-        delivery: InMemoryDelivery,
-        origin: str,
-        message_id: str,
-        group: str | None = None,
-        received: Any = tracing.NO_SPAN,
+        self, delivery: InMemoryDelivery, origin: str, message_id: str, group: str | None, received: Any
     ) -> None:
-        finished = delivery.wait(NATS_TUNING.report_wait_s)
         if received:  # the hop's span ends when this host's handlers have
-            received.set_attributes({"astrid.nats.reached": len(delivery.reached), "astrid.nats.finished": finished})
+            received.set_attributes(
+                {"astrid.nats.reached": len(delivery.reached), "astrid.nats.finished": delivery.finished}
+            )
             received.end()
+        if self._connection.closed:
+            return  # a handler that outlived the connection: nobody to tell
         report = json.dumps(
             {"message": message_id, "host": self._host_id, "reached": sorted(delivery.reached), "group": group}
         )
-        if self._connection.closed:
-            return  # a handler that outlived the connection: nobody to tell
-        try:
-            self._connection.submit(self._send(origin, report))
-        except RuntimeError:  # the loop closed meanwhile
-            pass
+        self._connection.loop.create_task(self._send(origin, report))
 
     async def _send(self, origin: str, report: str) -> None:
         await self._connection.send(self._cluster.done_prefix + origin, report, {H_HOST: self._host_id})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.bus import Binding, Principal, host_participant
-from astrid.host.bus.nats import NatsBus, subject_for
+from astrid.host.bus import Binding, Dispatcher, Principal, host_participant
+from astrid.host.bus.nats import NatsBus, reports, subject_for
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
 from tests.support.nats import NatsServer, nats_server
@@ -105,6 +106,45 @@ def test_a_round_ends_when_every_known_host_reported_and_a_silent_one_costs_the_
     host.bind(Binding(slow, "resource.v1.request.describe", hang))
     assert not mcp.publish(broker, "resource.v1.request.describe", "{}", ALICE).wait(0.5)
     release.set()
+
+
+class OnThreads(Dispatcher):
+    """Each handler on a thread of its own, as the kernel's pool runs them: the NATS loop stays free."""
+
+    def dispatch(self, runs, delivery) -> None:
+        for binding, message in runs:
+
+            def run(binding=binding, message=message) -> None:
+                try:
+                    binding.handler(message)
+                finally:
+                    delivery.handler_finished()
+
+            threading.Thread(target=run, name="handler", daemon=True).start()
+
+
+def test_a_host_reports_after_the_report_wait_at_the_latest_with_no_thread_per_message(pair, monkeypatch) -> None:
+    mcp, host = pair
+    monkeypatch.setattr(reports, "NATS_TUNING", dataclasses.replace(reports.NATS_TUNING, report_wait_s=2.0))
+    host.dispatcher = OnThreads()
+    running, release = threading.Semaphore(0), threading.Event()
+
+    def hang(message) -> None:
+        running.release()
+        release.wait(10)
+
+    host.bind(Binding(host_participant("slow", "slow-src", subscribe=[REQUESTS]), "resource.v1.request.describe", hang))
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS])
+    before = set(threading.enumerate())
+    try:
+        deliveries = [mcp.publish(broker, "resource.v1.request.describe", "{}", ALICE) for _ in range(20)]
+        assert all(running.acquire(timeout=5) for _ in deliveries)
+        started = [t.name for t in threading.enumerate() if t not in before]
+        assert started == ["handler"] * 20  # the handlers' own threads, and nothing waiting on them
+        assert all(delivery.wait(5) for delivery in deliveries)  # reported while the handlers still run
+        assert all("slow-src" in delivery.reached for delivery in deliveries)
+    finally:
+        release.set()
 
 
 def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
