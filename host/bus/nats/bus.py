@@ -131,7 +131,10 @@ class NatsBus(InMemoryBus):
     # -- receiving from the other hosts ----------------------------------------------------
 
     async def _on_nats_message(self, msg: Any, group: str | None = None) -> None:
-        """A message from NATS; `group`: it came through that capsule's queue group."""
+        """A message from NATS; `group`: it came through that capsule's queue group.
+
+        Nothing is awaited before a reply reaches this bus: a done report, on another subscription,
+        must never be handled before a reply sent ahead of it (docs/nats.md#report-order)."""
         headers = msg.headers or {}
         origin = headers.get(H_HOST)
         if origin == self.host_id:

@@ -31,7 +31,10 @@ class Reports:
     ) -> None:
         """Report once this host's handlers have finished, or after `NATS_TUNING.report_wait_s` at the latest (call
         on the loop). No thread waits per message: a timer on the loop and a callback on the delivery
-        race, and both are dropped once the report went."""
+        race, and both are dropped once the report went.
+
+        The report is handed to the loop after the last handler returned, so after every reply
+        those handlers published: it goes out behind them (docs/nats.md#report-order)."""
         sent = False
 
         def report() -> None:  # on the loop: the first of the two reports

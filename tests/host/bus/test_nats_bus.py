@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -145,6 +146,29 @@ def test_a_host_reports_after_the_report_wait_at_the_latest_with_no_thread_per_m
         assert all("slow-src" in delivery.reached for delivery in deliveries)
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("handlers", ["inline on the NATS loop", "on threads of their own"])
+def test_a_done_report_never_overtakes_the_replies_its_handlers_published(pair, handlers) -> None:
+    """The broker ends a read's drain once the round is done: the owner's reply must be in its
+    queue by then, or the owner is called silent (docs/nats.md#report-order)."""
+    mcp, host = pair
+    if handlers != "inline on the NATS loop":
+        host.dispatcher = OnThreads()
+    capsule = host_participant("capsule", "capsule-src", publish=[REPLIES], subscribe=[REQUESTS])
+
+    def answer(message) -> None:
+        time.sleep(0.002)  # a capsule call takes a while: the loop goes on meanwhile
+        host.publish(capsule, "resource.v1.response.read." + json.loads(message.payload), "{}", message.principal)
+
+    host.bind(Binding(capsule, "resource.v1.request.read", answer))
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS], subscribe=[REPLIES])
+    with mcp.subscribe(broker, "resource.v1.response.read.*", principal_scope=ALICE) as replies:
+        for n in range(50):
+            delivery = mcp.publish(broker, "resource.v1.request.read", f'"c{n}"', ALICE)
+            assert delivery.wait(5)
+            queued = [reply.topic for reply in replies.poll()]  # no waiting: it came before the report
+            assert queued == [f"resource.v1.response.read.c{n}"], (n, queued)
 
 
 def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
