@@ -76,10 +76,11 @@ from astrid.host.broker.merge import RoundOf
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
-from astrid.host.broker.read_round import ReadStatus, drain, owner_silent, resolve
+from astrid.host.broker.read_round import Drain, ReadStatus, drain, owner_silent, resolve, wait_for
+from astrid.host.broker.started_read import StartedRead
 from astrid.host.broker.templates import merge_templates
 from astrid.host.broker.updates import AnnouncementGate
-from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal
+from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal, Subscription
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.events import ResourceUpdated
 from astrid.host.contract.frontdoor import FailureCode
@@ -414,10 +415,38 @@ class Broker:
                         tracing.fail(span, str(outcome.error.code), outcome.error.message)
                 return outcome
         finally:
-            elapsed = time.perf_counter() - started
-            self.stats.reads += 1
-            self.stats.last_read_s = elapsed
-            self.stats._keep(self.stats.read_seconds, elapsed)
+            self._count_read(started)
+
+    def _count_read(self, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.stats.reads += 1
+        self.stats.last_read_s = elapsed
+        self.stats._keep(self.stats.read_seconds, elapsed)
+
+    def start_read(self, principal: Principal, uri: str) -> StartedRead | None:
+        """`read_resource` with its round started and not waited for, so safe on an event loop
+        (`started_read.py`): a listed URI of a fresh snapshot, tracing and metrics off (their spans
+        and rounds are made on the blocking path); None: `read_resource` does it all."""
+        if tracing.on or metrics.on or self._refused_read(principal, uri) is not None:
+            return None
+        route = self._fresh_listed_route(principal, uri)
+        if route is None:
+            return None
+        started = time.perf_counter()
+        kept = self._kept(principal, uri, route)
+        if kept is not None:
+            read = StartedRead(None, None, lambda: kept, lambda: kept)
+        else:
+            epoch = self.reads.epoch(principal)
+            opened = self._open_read_round(principal, uri, route)
+
+            def settle() -> ReadOutcome | None:
+                outcome, status, *_ = self._close_read_round(principal, uri, opened)
+                return self._after_first_round(principal, uri, route, outcome, status, epoch)
+
+            read = StartedRead(opened.replies, opened.drain, settle, lambda: self._read_again(principal, uri))
+        read.when_done(lambda _: self._count_read(started))
+        return read
 
     def kept_read(self, principal: Principal, uri: str) -> ReadOutcome | None:
         """A declared-fresh read kept for `principal`, found without waiting: a listed URI of a
@@ -426,19 +455,27 @@ class Broker:
         The same lookup `read_resource` starts with, so what it finds is what that would serve."""
         if not principal.is_verified or tracing.on:  # traced reads take the path that makes their spans
             return None
+        route = self._fresh_listed_route(principal, uri)
+        if route is None:
+            return None
+        kept = self._kept(principal, uri, route)
+        if kept is not None:
+            self.stats.reads += 1
+        return kept
+
+    def _fresh_listed_route(self, principal: Principal, uri: str) -> _Route | None:
+        """The listed owner of `uri` in the principal's snapshot when it is not stale; else None
+        (no round, no templates: found without waiting)."""
         snapshot = self.cache.resources.get(principal)
         if snapshot is None or snapshot.stale:
             return None
         owner = snapshot.owner_of(uri)
         if owner is None:
             return None
-        route = _Route(owner, via_template=False, stale=False, max_age_s=snapshot.max_age.get(uri))
-        kept = self._kept(principal, uri, route)
-        if kept is not None:
-            self.stats.reads += 1
-        return kept
+        return _Route(owner, via_template=False, stale=False, max_age_s=snapshot.max_age.get(uri))
 
-    def _read(self, principal: Principal, uri: str) -> ReadOutcome:
+    def _refused_read(self, principal: Principal, uri: str) -> ReadOutcome | None:
+        """Why a read is refused before any round, or None."""
         if not principal.is_verified:
             return ReadOutcome.fail(
                 FailureCode.DENIED, f"read of {uri} refused: the caller is not a verified principal"
@@ -449,7 +486,12 @@ class Broker:
             return ReadOutcome.fail(
                 FailureCode.INVALID_REQUEST, f"the uri is longer than {self.limits.uri_bytes} bytes"
             )
+        return None
 
+    def _read(self, principal: Principal, uri: str) -> ReadOutcome:
+        refused = self._refused_read(principal, uri)
+        if refused is not None:
+            return refused
         snapshot = self.cache.resources.get(principal)
         if snapshot is None:
             # The principal's first read: learn who lists what first, so a
@@ -461,15 +503,24 @@ class Broker:
             return kept
         epoch = self.reads.epoch(principal)
         outcome, status = self._read_once(principal, uri, route)
+        settled = self._after_first_round(principal, uri, route, outcome, status, epoch)
+        return settled if settled is not None else self._read_again(principal, uri)
+
+    def _after_first_round(
+        self, principal: Principal, uri: str, route: _Route, outcome: ReadOutcome, status: ReadStatus, epoch: int
+    ) -> ReadOutcome | None:
+        """The read's outcome after its first round, or None when `_read_again` decides."""
         if status in (ReadStatus.ANSWERED, ReadStatus.TIMED_OUT, ReadStatus.REFUSED):
             return self._keep(principal, uri, route, outcome, epoch)
         if status is ReadStatus.NO_REPLY and route.owner is not None and not route.stale:
             return owner_silent(uri, route.owner, via_template=route.via_template, names=self.names)
+        return None
 
-        # The snapshot did not know the uri, is stale, or names an owner that
-        # is no longer loaded (a capsule rebuilt under a read): the capsule set
-        # moved on. Re-describe once (which refreshes the templates too) and
-        # retry with whoever lists it, or whose template covers it, now.
+    def _read_again(self, principal: Principal, uri: str) -> ReadOutcome:
+        """The snapshot did not know the uri, is stale, or names an owner that
+        is no longer loaded (a capsule rebuilt under a read): the capsule set
+        moved on. Re-describe once (which refreshes the templates too) and
+        retry with whoever lists it, or whose template covers it, now."""
         snapshot = self.snapshot(principal, refresh=True)
         route = self._route(principal, snapshot, uri)
         if route.owner is None:
@@ -548,39 +599,59 @@ class Broker:
     ) -> tuple[ReadOutcome, ReadStatus, int, int, bool]:
         """One read broadcast; `route.owner` is the listed (or template) owner, if any.
         Also how many capsules it reached, how many answered, and whether every one finished."""
-        preferred = route.owner
+        opened = self._open_read_round(principal, uri, route)
+        with opened.replies:
+            if opened.drain is not None:
+                wait_for(opened.drain)
+        return self._close_read_round(principal, uri, opened)
+
+    def _open_read_round(self, principal: Principal, uri: str, route: _Route) -> _ReadRound:
+        """Publish the read request, its replies' subscription open (the caller closes it)."""
         correlation = uuid.uuid4().hex
         request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
-        window = self.limits.read_window_s
-        with self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal) as sub:
+        replies = self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal)
+        try:
             delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal)
-            if preferred is not None and preferred not in delivery.reached:
-                what = "whose template covers" if route.via_template else "that listed"
-                gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule {what} {uri} is no longer loaded")
-                return gone, ReadStatus.OWNER_GONE, delivery.receivers, 0, True
-            drained = drain(
-                sub,
-                delivery,
-                principal=principal,
-                uri=uri,
-                preferred=preferred,
-                window_s=window,
-                may_answer=lambda source: self.authority.may_serve(source, uri),
-                names=self.names,
-            )
+        except BaseException:
+            replies.close()
+            raise
+        if route.owner is not None and route.owner not in delivery.reached:
+            return _ReadRound(route, replies, delivery.receivers, None)  # the owner is gone: nothing to wait for
+        collecting = Drain(
+            replies,
+            delivery,
+            principal=principal,
+            uri=uri,
+            preferred=route.owner,
+            window_s=self.limits.read_window_s,
+            may_answer=lambda source: self.authority.may_serve(source, uri),
+            names=self.names,
+        )
+        return _ReadRound(route, replies, delivery.receivers, collecting)
+
+    def _close_read_round(
+        self, principal: Principal, uri: str, opened: _ReadRound
+    ) -> tuple[ReadOutcome, ReadStatus, int, int, bool]:
+        """The outcome of a read round that is over, as `_broadcast_read` returns it."""
+        route = opened.route
+        if opened.drain is None:
+            what = "whose template covers" if route.via_template else "that listed"
+            gone = ReadOutcome.fail(FailureCode.NOT_FOUND, f"the capsule {what} {uri} is no longer loaded")
+            return gone, ReadStatus.OWNER_GONE, opened.receivers, 0, True
+        drained = opened.drain.result()
         outcome, status = resolve(
             drained,
             principal=principal,
             uri=uri,
-            preferred=preferred,
-            window_s=window,
+            preferred=route.owner,
+            window_s=self.limits.read_window_s,
             limits=self.limits,
             via_template=route.via_template,
             names=self.names,
         )
         # an answer from the listed owner ends the drain before the others finish: not the window's doing
-        finished = drained.finished or (preferred is not None and preferred in drained.replies)
-        return outcome, status, delivery.receivers, len(drained.replies), finished
+        finished = drained.finished or (route.owner is not None and route.owner in drained.replies)
+        return outcome, status, opened.receivers, len(drained.replies), finished
 
     # -- resource events (docs/contract/subscriptions.md §11) -------------------------
 
@@ -801,3 +872,13 @@ class _Route:
     via_template: bool
     stale: bool  # the snapshot that decided it may be out of date
     max_age_s: float | None = None  # the freshness the owner declared for it (docs/contract/resources.md §5.7)
+
+
+@dataclass(frozen=True)
+class _ReadRound:
+    """A read request published, its replies being heard."""
+
+    route: _Route
+    replies: Subscription
+    receivers: int
+    drain: Drain | None  # None: the route's owner was not among the receivers (gone)

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from astrid.host.broker.complete import CompletionOutcome
 from astrid.host.broker.read_cache import max_age_of
 from astrid.host.broker.read_reply import ReadOutcome
+from astrid.host.broker.started_read import StartedRead
 from astrid.host.bus import Binding, BusError, Message, Principal
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import utf8_len
@@ -209,14 +210,20 @@ class FrontDoors:
                 outcome = self.broker.read_resource(principal, uri)
             except Exception as exc:
                 outcome = ReadOutcome.fail(FailureCode.INTERNAL, broker_failed("read the resource", exc, principal))
-        log.info(
-            "resource.read %s for %s: %s in %.1f ms",
-            uri,
-            principal,
-            outcome.error.code.value if outcome.error else f"{len(outcome.contents)} chunks",
-            (time.perf_counter() - started) * 1000,
-        )
+        _log_read(uri, principal, outcome, started)
         return outcome
+
+    def start_read(
+        self, principal: Principal, uri: str, *, trusted: bool, asker: str = "a caller"
+    ) -> StartedRead | None:
+        """`read` started without waiting (behind the same gate), when the broker can; else None."""
+        if self._gate(trusted, principal, "read", uri, asker) is not None:
+            return None  # `read` refuses it, and says so
+        started = time.perf_counter()
+        read = self.broker.start_read(principal, uri)
+        if read is not None:
+            read.when_done(lambda outcome: _log_read(uri, principal, outcome, started))
+        return read
 
     def kept_read(
         self, principal: Principal, uri: str, *, trusted: bool, asker: str = "a caller"
@@ -456,3 +463,13 @@ def _reason(exc: Exception) -> str:
             where = ".".join(str(part) for part in errors[0]["loc"])
             return f"{where}: {errors[0]['msg']}" if where else errors[0]["msg"]
     return str(exc)
+
+
+def _log_read(uri: str, principal: Principal, outcome: ReadOutcome, started: float) -> None:
+    log.info(
+        "resource.read %s for %s: %s in %.1f ms",
+        uri,
+        principal,
+        outcome.error.code.value if outcome.error else f"{len(outcome.contents)} chunks",
+        (time.perf_counter() - started) * 1000,
+    )

@@ -52,6 +52,90 @@ class Drained:
     finished: bool = False  # every receiver's handler had returned
 
 
+class Drain:
+    """Collects the replies to one read request until `preferred` answers, every receiver is done,
+    or the window ends; `drain` waits for it on a thread, an event loop may drive it instead
+    (`settled` never waits).
+
+    An unlisted URI (`preferred` None) waits for every receiver: who serves it
+    must not depend on who answers fastest. A completion drains the same way,
+    with `uri` the template and `what` "completion" (for the log).
+    `may_answer(source_id)` False: that capsule's reply is refused (the URI authority).
+    `names` names the capsules in the log lines.
+    """
+
+    def __init__(
+        self,
+        replies: Subscription,
+        delivery: Delivery,
+        *,
+        principal: Principal,
+        uri: str,
+        preferred: str | None,
+        window_s: float,
+        what: str = "read",
+        may_answer: Callable[[str], bool] | None = None,
+        names: CapsuleNames = NO_NAMES,
+    ) -> None:
+        self.replies = replies
+        self.delivery = delivery
+        self.principal = principal
+        self.uri = uri
+        self.preferred = preferred
+        self.what = what
+        self.may_answer = may_answer
+        self.names = names
+        self.deadline = time.monotonic() + window_s
+        self.drained = Drained()
+        self.over = False
+
+    def take(self, message: Message) -> bool:
+        """Record a reply; True when it ends the drain."""
+        what, drained, names = self.what, self.drained, self.names
+        if message.principal != self.principal:
+            log.warning(
+                "%s reply from %s dropped: attributed to %s, not %s",
+                what,
+                names.label(message.source_id),
+                message.principal,
+                self.principal,
+            )
+            return False
+        if message.source_id in drained.replies:
+            log.warning("second %s reply from %s for %s dropped", what, names.label(message.source_id), self.uri)
+            return False
+        if self.may_answer is not None and not self.may_answer(message.source_id):
+            audit.warning(
+                "%s reply from %s for %s refused: outside the URI namespaces its capsule may serve (principal %s)",
+                what,
+                names.label(message.source_id),
+                self.uri,
+                self.principal,
+            )
+            return False
+        drained.replies[message.source_id] = message
+        if message.source_id == self.preferred:
+            self.over = True
+        return self.over
+
+    def settled(self) -> bool:
+        """Take what is queued now; True once the drain is over (never waits)."""
+        if not self.over:
+            finished = self.delivery.finished  # before the poll: what a finished receiver sent is queued
+            if any(self.take(message) for message in self.replies.poll(BROKER_TUNING.drain_batch_messages)):
+                self.over = True
+            elif finished or self.remaining_s() <= 0:
+                self.over = True
+        return self.over
+
+    def remaining_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def result(self) -> Drained:
+        self.drained.finished = self.delivery.finished
+        return self.drained
+
+
 def drain(
     replies: Subscription,
     delivery: Delivery,
@@ -64,57 +148,29 @@ def drain(
     may_answer: Callable[[str], bool] | None = None,
     names: CapsuleNames = NO_NAMES,
 ) -> Drained:
-    """Collect replies until `preferred` answers, every receiver is done, or the window ends.
+    """Wait for a `Drain` of these replies to settle (the arguments are its own)."""
+    return wait_for(
+        Drain(
+            replies,
+            delivery,
+            principal=principal,
+            uri=uri,
+            preferred=preferred,
+            window_s=window_s,
+            what=what,
+            may_answer=may_answer,
+            names=names,
+        )
+    )
 
-    An unlisted URI (`preferred` None) waits for every receiver: who serves it
-    must not depend on who answers fastest. A completion drains the same way,
-    with `uri` the template and `what` "completion" (for the log).
-    `may_answer(source_id)` False: that capsule's reply is refused (the URI authority).
-    `names` names the capsules in the log lines.
-    """
-    deadline = time.monotonic() + window_s
-    drained = Drained()
 
-    def take(message: Message) -> bool:
-        """Record a reply; True when it ends the drain."""
-        if message.principal != principal:
-            log.warning(
-                "%s reply from %s dropped: attributed to %s, not %s",
-                what,
-                names.label(message.source_id),
-                message.principal,
-                principal,
-            )
-            return False
-        if message.source_id in drained.replies:
-            log.warning("second %s reply from %s for %s dropped", what, names.label(message.source_id), uri)
-            return False
-        if may_answer is not None and not may_answer(message.source_id):
-            audit.warning(
-                "%s reply from %s for %s refused: outside the URI namespaces its capsule may serve (principal %s)",
-                what,
-                names.label(message.source_id),
-                uri,
-                principal,
-            )
-            return False
-        drained.replies[message.source_id] = message
-        return message.source_id == preferred
-
-    while True:
-        finished = delivery.finished
-        if any(take(message) for message in replies.poll(BROKER_TUNING.drain_batch_messages)):
-            break
-        if finished:
-            break  # every receiver is done and its replies were polled above
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        message = replies.recv(min(remaining, BROKER_TUNING.read_slice_s))
-        if message is not None and take(message):
-            break
-    drained.finished = delivery.finished
-    return drained
+def wait_for(collecting: Drain) -> Drained:
+    """Block until `collecting` settles (a thread's way to drain)."""
+    while not collecting.settled():
+        message = collecting.replies.recv(min(collecting.remaining_s(), BROKER_TUNING.read_slice_s))
+        if message is not None:
+            collecting.take(message)
+    return collecting.result()
 
 
 def resolve(

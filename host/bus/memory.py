@@ -45,6 +45,10 @@ class InMemorySubscription:
         self.dropped = 0
         self.lagged = 0
         self.closed = False
+        self._wake: Callable[[], None] | None = None
+
+    def notify(self, wake: Callable[[], None] | None) -> None:
+        self._wake = wake
 
     def _offer(self, message: Message) -> None:
         if self.principal_scope is not None and message.principal != self.principal_scope:
@@ -60,6 +64,9 @@ class InMemorySubscription:
                 self.lagged += 1
             self._queue.append(message)
             self._cond.notify_all()
+            wake = self._wake
+        if wake is not None:
+            wake()
 
     def poll(self, limit: int = 256) -> list[Message]:
         """Whatever is queued, up to `limit`, without waiting."""
@@ -84,6 +91,7 @@ class InMemorySubscription:
         with self._cond:
             self.closed = True
             self._queue.clear()
+            self._wake = None
             self._cond.notify_all()
         self.bus._remove_subscription(self)
 

@@ -43,6 +43,7 @@ default principal only where the operator allowed that (loopback, no auth).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -87,6 +88,7 @@ from astrid.host.version import astrid_version
 log = logging.getLogger("astrid.host.mcp")
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 # Principal-scoped results: a shared cache must never serve them to someone else.
 LIST_TTL_MS = 0
@@ -95,6 +97,25 @@ READ_TTL_MS = 0
 MAX_REQUESTS_PER_PRINCIPAL = HttpLimits.requests_per_principal
 MAX_STREAMS_PER_PRINCIPAL = HttpLimits.streams_per_principal
 SERVER_BUSY = -32000  # JSON-RPC's implementation-defined server error range
+
+
+class Pending(Protocol[T_co]):
+    """A request whose round runs while the event loop waits, without a thread (`FrontDoor.start_read`)."""
+
+    def wait_s(self) -> float | None:
+        """None once the round is over; else how long to wait at most before asking again."""
+        ...
+
+    def notify(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (from another thread) when a reply arrives."""
+        ...
+
+    def reply(self) -> T_co | None:
+        """Once over: the reply, or None when `finish` (blocking: on a worker thread) gives it."""
+        ...
+
+    def finish(self) -> T_co: ...
+    def close(self) -> None: ...
 
 
 class FrontDoor(Protocol):
@@ -106,6 +127,8 @@ class FrontDoor(Protocol):
     # without waiting, so they are safe on the event loop; None: ask the blocking call.
     def list_resources_now(self) -> list[ResourceDefinition] | None: ...
     def read_resource_now(self, uri: str) -> ReadResourceReply | None: ...
+    # A read started on the event loop, its round awaited there; None: ask the blocking call.
+    def start_read(self, uri: str) -> Pending[ReadResourceReply] | None: ...
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]: ...
     def complete(
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
@@ -329,9 +352,12 @@ class AstridMcpServer:
         *,
         uri: str | None = None,
         kept: Callable[[FrontDoor], T | None] | None = None,
+        started: Callable[[FrontDoor], Pending[T] | None] | None = None,
     ) -> T:
         """`call` on a worker thread (it may wait on capsules); `kept` first, on the loop, when given:
-        an answer kept in memory costs no thread hop."""
+        an answer kept in memory costs no thread hop. `started`, next, starts the request on the
+        loop and its round is awaited there: the capsule's reply wakes the loop, no worker thread
+        between (once the principal's front door exists; else, and when it says None, `call`)."""
         data = {"uri": uri} if uri is not None else None
         in_flight = self._in_flight.get(principal, 0)
         if in_flight >= self.max_requests_per_principal:
@@ -341,15 +367,16 @@ class AstridMcpServer:
                 data=data,
             )
 
-        door = self.backend.client_if_made(principal) if kept is not None else None
-        if kept is not None and door is not None:
+        door = self.backend.client_if_made(principal) if kept is not None or started is not None else None
+        pending: Pending[T] | None = None
+        if door is not None:
             try:
-                answer = kept(door)
+                answer = kept(door) if kept is not None else None
+                if answer is not None:
+                    return answer
+                pending = started(door) if started is not None else None
             except Exception:  # the blocking call decides, and reports
-                log.debug("kept answer lookup failed", exc_info=True)
-                answer = None
-            if answer is not None:
-                return answer
+                log.debug("kept answer lookup or start failed", exc_info=True)
 
         def when_ready() -> T:
             # One thread hop per request: waiting for the capsules to load
@@ -359,6 +386,8 @@ class AstridMcpServer:
 
         self._in_flight[principal] = in_flight + 1
         try:
+            if pending is not None:
+                return await _awaited(pending)
             return await anyio.to_thread.run_sync(when_ready)
         except BackendNotReady as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"capsules are not available: {exc}") from None
@@ -421,6 +450,7 @@ class AstridMcpServer:
             lambda door: door.read_resource(uri),
             uri=uri,
             kept=lambda door: door.read_resource_now(uri),
+            started=lambda door: door.start_read(uri),
         )
         if reply.error is not None:
             raise read_error(reply.error, uri, ctx.protocol_version)
@@ -713,3 +743,32 @@ def _trace_headers(ctx: ServerRequestContext[Any, Any]) -> dict[str, str] | None
         if name in (b"traceparent", b"tracestate"):
             found[name.decode()] = value.decode("latin-1")
     return found or None
+
+
+async def _awaited(pending: Pending[T]) -> T:
+    """Wait on the loop for a started request's round, woken by its replies (or each slice, to see
+    whether its capsules finished); what is left after it, if anything, on a worker thread."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:
+        try:
+            loop.call_soon_threadsafe(woken.set)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+
+    pending.notify(wake)
+    try:
+        while (wait_s := pending.wait_s()) is not None:
+            try:
+                async with asyncio.timeout(wait_s):
+                    await woken.wait()
+            except TimeoutError:
+                pass
+            woken.clear()  # before the next look: a reply queued after it sets the event again
+        reply = pending.reply()
+        if reply is None:
+            reply = await anyio.to_thread.run_sync(pending.finish)
+        return reply
+    finally:
+        pending.close()
