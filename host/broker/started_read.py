@@ -2,8 +2,8 @@
 
 `Broker.start_read` publishes the request and hands back a `StartedRead`;
 the caller (the MCP server's event loop) asks `wait_s` until the round is
-over, sleeping in between until `notify` wakes it (a reply queued) or the
-slice ends, then takes `outcome`. Nothing in it waits: the capsule's reply
+over, sleeping in between until `notify` wakes it (a reply queued, every
+receiver finished) or the window ends, then takes `outcome`. Nothing in it waits: the capsule's reply
 reaches the loop in one hand-off, not through a worker thread. What it
 decides is what `read_resource` decides, through the same steps
 (`read_round.Drain`, `resolve`, the read cache), so the two paths serve the
@@ -18,7 +18,6 @@ from collections.abc import Callable
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import Drain
 from astrid.host.bus import Subscription
-from astrid.host.tuning import BROKER_TUNING
 
 
 class StartedRead:
@@ -43,16 +42,20 @@ class StartedRead:
         self._when_done.append(callback)
 
     def wait_s(self) -> float | None:
-        """None once the round is over; else how long to wait at most before asking again."""
+        """None once the round is over; else how long to wait at most (the window left) before
+        asking again, unless `notify` wakes the caller first."""
         collecting = self._collecting
         if collecting is None or collecting.settled():
             return None
-        return max(0.0, min(collecting.remaining_s(), BROKER_TUNING.read_slice_s))
+        return max(0.0, collecting.remaining_s())
 
     def notify(self, wake: Callable[[], None]) -> None:
-        """Call `wake` when a reply arrives (from the capsule's thread: quick, never raising)."""
+        """Call `wake` when a reply arrives and when every receiver has finished (from their
+        threads, or now: quick, never raising)."""
         if self._replies is not None:
             self._replies.notify(wake)
+        if self._collecting is not None:
+            self._collecting.delivery.when_finished(wake)
 
     def outcome(self) -> ReadOutcome | None:
         """Once `wait_s` said over: the outcome, or None when the read goes on with `finish`."""

@@ -214,6 +214,11 @@ class Delivery(Protocol):
         """True once every handler invoked for the message has finished."""
         ...
 
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once `finished` is true: now when it is, else on the thread that makes it
+        so (so it must be quick and never raise); at most once."""
+        ...
+
 
 class Bus(Protocol):
     """The interface every layer programs against.

@@ -107,7 +107,7 @@ class Pending(Protocol[T_co]):
         ...
 
     def notify(self, wake: Callable[[], None]) -> None:
-        """Call `wake` (from another thread) when a reply arrives."""
+        """Call `wake` (from another thread) when a reply arrives or the round's capsules finished."""
         ...
 
     def reply(self) -> T_co | None:
@@ -746,8 +746,8 @@ def _trace_headers(ctx: ServerRequestContext[Any, Any]) -> dict[str, str] | None
 
 
 async def _awaited(pending: Pending[T]) -> T:
-    """Wait on the loop for a started request's round, woken by its replies (or each slice, to see
-    whether its capsules finished); what is left after it, if anything, on a worker thread."""
+    """Wait on the loop for a started request's round, woken by its replies and its capsules'
+    finishing (or the window's end); what is left after it, if anything, on a worker thread."""
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from astrid.host.bus.memory import InMemoryDelivery
@@ -31,14 +32,33 @@ class Round:
     started: float = field(default_factory=time.monotonic)
     resend: tuple[str, str, dict[str, str]] | None = None  # topic, payload, headers: for a retry
     ended: str | None = None  # how the round ended, once (for `--metrics`)
+    when_done: list[Callable[[], None]] = field(default_factory=list)  # called once `done` is set
 
     def settle(self, how: str) -> bool:
         """Set done when nothing is owed any more (counted as ending `how`); True then."""
         if not self.waiting and not self.groups:
             self.done.set()
             self.end(how)
+            callbacks, self.when_done = self.when_done, []
+            for callback in callbacks:
+                callback()
             return True
         return False
+
+    def on_done(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when `done` is set (now when it is)."""
+        lock, called = threading.Lock(), [False]
+
+        def once() -> None:
+            with lock:
+                if called[0]:
+                    return
+                called[0] = True
+            callback()
+
+        self.when_done.append(once)
+        if self.done.is_set():  # set meanwhile: `settle` may have taken the list before us
+            once()
 
     def end(self, how: str) -> None:
         """Count how the round ended: the first ending counts (reported, host_gone, window, no_hosts)."""
@@ -70,6 +90,14 @@ class ClusterDelivery:
     @property
     def finished(self) -> bool:
         return self.local.finished and (self._tracked is None or self._tracked.done.is_set())
+
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """As `InMemoryDelivery.when_finished`, once the other hosts reported too."""
+        tracked = self._tracked
+        if tracked is None:
+            self.local.when_finished(callback)
+        else:
+            self.local.when_finished(lambda: tracked.on_done(callback))
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout_s)

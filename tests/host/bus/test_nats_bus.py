@@ -171,6 +171,33 @@ def test_a_done_report_never_overtakes_the_replies_its_handlers_published(pair, 
             assert queued == [f"resource.v1.response.read.c{n}"], (n, queued)
 
 
+def test_a_round_across_hosts_calls_back_once_when_every_host_reported(pair) -> None:
+    mcp, host = pair
+    host.dispatcher = OnThreads()
+    release = threading.Event()
+    slow = host_participant("slow", "slow-src", subscribe=[REQUESTS])
+
+    def hang(message) -> None:
+        release.wait(5)
+
+    host.bind(Binding(slow, "resource.v1.request.describe", hang))
+    broker = host_participant("broker", "broker-src", publish=[REQUESTS])
+    delivery = mcp.publish(broker, "resource.v1.request.describe", "{}", ALICE)
+    calls: list[bool] = []
+    called = threading.Event()
+
+    def finished() -> None:
+        calls.append(delivery.finished)
+        called.set()
+
+    delivery.when_finished(finished)
+    assert not called.wait(0.3)  # here it is done at once; the other host's handler still runs
+    release.set()
+    assert called.wait(5)
+    time.sleep(0.2)
+    assert calls == [True]  # once, and finished by then
+
+
 def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
     mcp = bus(server, "mcp")
     changes = threading.Event()
