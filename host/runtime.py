@@ -32,8 +32,6 @@ from typing import Any, Protocol
 from astrid.host.broker import Broker
 from astrid.host.broker.direct import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
-from astrid.host.bus.nats import NatsBus
-from astrid.host.capabilities.kv_nats import NatsKvStore
 from astrid.host.contract.frontdoor import ReadResourceReply
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.topics import (
@@ -166,6 +164,9 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
         return Kernel(kernel_config)
     if config.before_join is not None:
         config.before_join()
+    # Imported here: a server on the in-memory bus never loads NATS (start-up time).
+    from astrid.host.bus.nats import NatsBus
+    from astrid.host.capabilities.kv_nats import NatsKvStore
 
     def nats_bus(dispatcher: Dispatcher, max_payload_bytes: int) -> NatsBus:
         return NatsBus(

@@ -23,14 +23,17 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from astrid.host.identity.errors import SigningKeyError
 from astrid.host.owner_file import OwnerOnlyFile
 from astrid.host.settings import config_dir
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner, SSlibKey
 
 PUBLIC_KEY_PREFIX = "ed25519:"
 KEY_SUFFIX = ".key"
@@ -100,6 +103,8 @@ class PublicKey:
 
     def sslib_key(self) -> SSlibKey:
         """This key as securesystemslib verifies with it (key id = our fingerprint)."""
+        from securesystemslib.signer import SSlibKey  # here: only signing and verifying load it
+
         return SSlibKey(self.fingerprint, "ed25519", "ed25519", {"public": self.raw.hex()})
 
     def __str__(self) -> str:
@@ -200,6 +205,8 @@ class KeyStore:
         if not isinstance(private, Ed25519PrivateKey):
             raise SigningKeyError(f"the key file {file.path} holds a {type(private).__name__}, not an Ed25519 key")
         public = _public_of(private)
+        from securesystemslib.signer import CryptoSigner
+
         return SigningKey(name, public, CryptoSigner(private, public.sslib_key()))
 
     def names(self) -> list[str]:
