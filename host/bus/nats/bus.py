@@ -146,7 +146,11 @@ class NatsBus(InMemoryBus):
                 return
             if topic.startswith(self.cluster.done_prefix):
                 if topic == self.cluster.done_prefix + self.host_id:
-                    self._tracker.on_done(msg.data)
+                    # After the replies sent before it (docs/nats.md#report-order): nats-py runs each
+                    # subscription in a task of its own, and this one, awake already (a claim just
+                    # before), would take the report ahead of a reply its task has not run yet. That
+                    # task was woken when the reply came in: one turn of the loop puts it first.
+                    self._connection.loop.call_soon(self._tracker.on_done, msg.data)
                 return
             if topic.startswith(self.cluster.ping_prefix):
                 if topic == self.cluster.ping_prefix + self.host_id and origin:

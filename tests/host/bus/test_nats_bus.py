@@ -149,9 +149,12 @@ def test_a_host_reports_after_the_report_wait_at_the_latest_with_no_thread_per_m
 
 
 @pytest.mark.parametrize("handlers", ["inline on the NATS loop", "on threads of their own"])
-def test_a_done_report_never_overtakes_the_replies_its_handlers_published(pair, handlers) -> None:
+@pytest.mark.parametrize("serving", ["alone", "in its queue group"])
+def test_a_done_report_never_overtakes_the_replies_its_handlers_published(pair, handlers, serving) -> None:
     """The broker ends a read's drain once the round is done: the owner's reply must be in its
-    queue by then, or the owner is called silent (docs/nats.md#report-order)."""
+    queue by then, or the owner is called silent (docs/nats.md#report-order). In its queue group
+    the capsule's host claims each request first, so the report's subscription is awake already
+    when the reply comes in."""
     mcp, host = pair
     if handlers != "inline on the NATS loop":
         host.dispatcher = OnThreads()
@@ -162,12 +165,23 @@ def test_a_done_report_never_overtakes_the_replies_its_handlers_published(pair, 
         host.publish(capsule, "resource.v1.response.read." + json.loads(message.payload), "{}", message.principal)
 
     host.bind(Binding(capsule, "resource.v1.request.read", answer))
+    if serving == "in its queue group":
+        host.capsule_set = lambda: ["capsule@capsule-src"]
+        deadline = time.monotonic() + 10
+        while "capsule-src" not in mcp._members.served_groups() and time.monotonic() < deadline:
+            time.sleep(0.05)
     broker = host_participant("broker", "broker-src", publish=[REQUESTS], subscribe=[REPLIES])
     with mcp.subscribe(broker, "resource.v1.response.read.*", principal_scope=ALICE) as replies:
         for n in range(50):
-            delivery = mcp.publish(broker, "resource.v1.request.read", f'"c{n}"', ALICE)
-            assert delivery.wait(5)
-            queued = [reply.topic for reply in replies.poll()]  # no waiting: it came before the report
+            queued: list[str] = []
+            seen = threading.Event()
+
+            def finished(queued=queued, seen=seen) -> None:  # where the round is done: on the NATS loop
+                queued.extend(reply.topic for reply in replies.poll())
+                seen.set()
+
+            mcp.publish(broker, "resource.v1.request.read", f'"c{n}"', ALICE).when_finished(finished)
+            assert seen.wait(5)
             assert queued == [f"resource.v1.response.read.c{n}"], (n, queued)
 
 
