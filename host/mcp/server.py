@@ -22,7 +22,8 @@ default principal only where the operator allowed that (loopback, no auth).
   sessions (2025-11-25) and open `subscriptions/listen` streams (2026-07-28);
 - at most `max_requests_per_principal` requests of one principal in flight:
   more are refused at once as busy, so one principal's flood cannot hold the
-  worker threads another one's reads need;
+  worker threads (or the capsule lanes, for reads awaited on the loop)
+  another one's requests need;
 - resource subscriptions (`updates.py`, docs/contract/subscriptions.md §11):
   `resources/subscribe` / `resources/unsubscribe` (2025-11-25) and a listen
   stream's `resourceSubscriptions` (2026-07-28), only to URIs the principal
