@@ -17,7 +17,8 @@ anything. Refused or unusable, the seal falls back to a per-process key
 (logged once per key file): the server keeps serving, and entries then verify
 only within the process that wrote them (the others are compiled again).
 
-Cost: ~23 ms per 34 MB entry (SHA-NI), once per entry per process.
+Cost: ~23 ms per 34 MB entry (SHA-NI), once per entry per process, and not
+again in a later process while the entry is unchanged (`digest_memo.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 import platformdirs
 
 from astrid.host.errors import AstridError
+from astrid.host.kernel.digest_memo import DigestMemo, identity_of
 from astrid.host.settings import CACHE_KEY_ENV, path_setting
 
 log = logging.getLogger(__name__)
@@ -186,25 +188,41 @@ class CacheSeal:
         stat = path.stat()
         return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
-    def sign(self, entry: Path) -> None:
-        """Seal `entry` as it is on disk now (best effort: an unwritable seal only costs a recompile)."""
+    def sign(self, entry: Path, memo: DigestMemo | None = None) -> None:
+        """Seal `entry` as it is on disk now (best effort: an unwritable seal only costs a recompile);
+        `memo` remembers the seal for a later process."""
         try:
-            seal = entry.with_name(entry.name + SUFFIX)
-            seal.write_text(self._mac(entry))
+            before = identity_of(entry)
+            mac = self._mac(entry)
+            entry.with_name(entry.name + SUFFIX).write_text(mac)
             with self._lock:
                 self._verified.add(self._identity(entry))
+            if memo is not None:
+                memo.put(before, entry, mac)
         except OSError as exc:
             log.warning("cannot seal compile cache entry %s: %s", entry.name, exc)
 
-    def verify(self, entry: Path) -> bool:
-        """Is `entry` byte for byte what this user's host sealed?"""
+    def mac_bytes(self, data: bytes) -> str:
+        """The HMAC of `data` under this seal's key (what vouches for the digest memo)."""
+        return hmac.new(self._key, data, hashlib.sha256).hexdigest()
+
+    def verify(self, entry: Path, memo: DigestMemo | None = None) -> bool:
+        """Is `entry` byte for byte what this user's host sealed? `memo`: a MAC computed by an
+        earlier process for the entry as it is now (same identity) is taken, not computed again."""
         try:
             identity = self._identity(entry)
             with self._lock:
                 if identity in self._verified:
                     return True
             expected = entry.with_name(entry.name + SUFFIX).read_text().strip()
-            ok = hmac.compare_digest(expected, self._mac(entry))
+            remembered = memo.get(entry) if memo is not None else None
+            if remembered is not None and remembered[1] is not None and hmac.compare_digest(expected, remembered[1]):
+                ok = True
+            else:
+                mac = self._mac(entry)
+                ok = hmac.compare_digest(expected, mac)
+                if ok and memo is not None and remembered is not None:
+                    memo.put(remembered[0], entry, mac)
         except OSError:
             return False
         if ok:

@@ -4,7 +4,8 @@ Key: sha256(wasm bytes + engine key). An entry runs only if its seal (an
 HMAC by this user's host, see cache_seal) matches its bytes; an entry that is
 unsealed, altered or fails to deserialize (corrupt, truncated, from another
 wasmtime) is deleted and recompiled, never trusted. Large components are compiled in a child process: an in-process
-compile of a Python capsule leaves ~300 MB of RSS behind for good.
+compile of a Python capsule leaves ~300 MB of RSS behind for good. A warm start takes the digests it
+computed before from the sealed memo (`digest_memo.py`) while the files are unchanged.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ import wasmtime
 from wasmtime.component import Component
 
 from astrid.host.kernel.cache_seal import CacheSeal
+from astrid.host.kernel.digest_memo import DigestMemo
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
 from astrid.host.settings import CACHE_DIR_ENV, path_setting
 from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
+
+MEMO_FILE = "known-files.json"  # the digest memo, beside the entries
 
 
 def default_cache_dir() -> Path:
@@ -54,6 +58,8 @@ class CompileCache:
         self.directory = Path(directory) if directory else default_cache_dir()
         self.wasm_engine = engine or shared_engine()
         self.seal = shared_seal()
+        # under the seal's key, whichever seal this cache has when the memo is read or written
+        self.memo = DigestMemo(self.directory / MEMO_FILE, lambda data: self.seal.mac_bytes(data))
 
     def entry_path(self, wasm_sha256: str) -> Path:
         return self.directory / f"{cache_key(wasm_sha256)}.cwasm"
@@ -65,8 +71,12 @@ class CompileCache:
     def load(self, wasm_path: Path) -> LoadedComponent:
         """The component for `wasm_path`, from the cache when possible."""
         started = time.perf_counter()
-        # A hit needs only the digest, hashed as the file streams in: a warm start never holds the whole file.
-        wasm_sha = file_sha256(wasm_path)
+        # A hit needs only the digest: remembered from an earlier start while the file is unchanged,
+        # else hashed as the file streams in (a warm start never holds the whole file).
+        identity, known = self.memo.get(wasm_path)
+        wasm_sha = known or file_sha256(wasm_path)
+        if known is None:
+            self.memo.put(identity, wasm_path, wasm_sha)
         entry = self.entry_path(wasm_sha)
         # Capsules load in parallel and may share a component: one compiles,
         # the others wait and then find it in the cache.
@@ -108,7 +118,7 @@ class CompileCache:
         """Does `entry` exist with a valid seal? An unsealed or altered one is removed."""
         if not entry.exists():
             return False
-        if self.seal.verify(entry):
+        if self.seal.verify(entry, self.memo):
             return True
         log.warning("compile cache entry %s is unsealed or altered; recompiling", entry.name)
         self.seal.discard(entry)
@@ -117,7 +127,7 @@ class CompileCache:
     def _compile_and_store(self, wasm: bytes, entry: Path) -> Component:
         engine = self.wasm_engine.engine
         if len(wasm) > KERNEL_TUNING.in_process_compile_max_bytes and self._compile_in_child(wasm, entry):
-            self.seal.sign(entry)
+            self.seal.sign(entry, self.memo)
             try:
                 return Component.deserialize_file(engine, str(entry))
             except wasmtime.WasmtimeError as exc:
@@ -155,7 +165,7 @@ class CompileCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomically(entry, data)
-            self.seal.sign(entry)
+            self.seal.sign(entry, self.memo)
         except OSError as exc:
             log.warning("cannot write the compile cache at %s (%s); serving from memory", self.directory, exc)
 

@@ -1,11 +1,15 @@
 """Attacks through the files astrid keeps on disk (issue 18); each fails only because of a defence in
-`astrid.host.kernel.cache_seal`, `astrid.host.owner_file` or `astrid.host.watch`.
+`astrid.host.kernel.cache_seal`, `astrid.host.kernel.digest_memo`, `astrid.host.owner_file` or
+`astrid.host.watch`.
 
 - the compile-cache key: an empty key (what an interrupted write used to
   leave) or a key others could read lets whoever may write the cache dir seal
   their own native code under another capsule's name; such a key file is
   refused (one warning naming the file, the cause and the fix) and never
   seals or verifies anything;
+- the digest memo (a new process skips checks for entries it remembers): a
+  memo forged without the key vouches for nothing, and an entry rewritten in
+  place is checked again even with its mtime put back;
 - the token and grants files: reached through a symlink, say into a folder
   anyone may write to (where anyone may delete them, locking every user out),
   they are refused with the fix, never read nor written through the link;
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import subprocess
@@ -32,7 +37,8 @@ from astrid.host.capabilities.grants import GrantStore
 from astrid.host.errors import GrantError, TokenError
 from astrid.host.kernel import cache_seal
 from astrid.host.kernel.cache_seal import CacheSeal
-from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.compile_cache import MEMO_FILE, CompileCache
+from astrid.host.kernel.digest_memo import DigestMemo, identity_of
 from astrid.host.kernel.engine import shared_engine
 from astrid.host.mcp.auth import BearerVerifier
 from astrid.host.settings import CONFIG_DIR_ENV
@@ -128,6 +134,55 @@ def test_a_good_key_file_still_serves_from_the_cache(tmp_path: Path, cache: Comp
     assert not cache.load(victim).from_cache
     cache.seal = CacheSeal(key)  # another process of the same user
     assert cache.load(victim).from_cache
+
+
+@posix_only
+def test_a_forged_digest_memo_never_vouches_for_native_code_the_attacker_put_in(
+    tmp_path: Path, cache: CompileCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memo lets a new process skip the seal's check of an entry it remembers: the attacker, who
+    may write the cache dir but not read the key, swaps in its own code and writes a memo that says
+    the swapped entry was checked. Without the key it cannot seal the memo, so the memo is ignored."""
+    key = tmp_path / "config" / "compile-cache.key"
+    victim = tmp_path / "victim.wasm"
+    victim.write_bytes(which("victim"))
+    cache.seal = CacheSeal(key)
+    cache.load(victim)  # compiled, sealed, remembered in the memo
+    entry = cache.entry_for(victim)
+    entry.write_bytes(Component(cache.wasm_engine.engine, which("attacker")).serialize())  # the victim's seal kept
+    memo = tmp_path / "cache" / MEMO_FILE
+    forged = json.loads(memo.read_text())
+    forged["digests"][identity_of(entry)] = entry.with_name(entry.name + ".seal").read_text()
+    memo.write_text(json.dumps(forged))  # its "mac" is the old one: the attacker cannot make a new one
+    cache.seal = CacheSeal(key)  # a new process of the victim's user
+    cache.memo = DigestMemo(memo, cache.seal.mac_bytes)
+    with caplog.at_level(logging.WARNING):
+        assert runs(cache, victim) == {"which-victim"}
+    assert any("is unsealed or altered" in r.getMessage() for r in caplog.records)
+
+
+@posix_only
+def test_an_entry_rewritten_in_place_with_its_mtime_put_back_is_checked_again_by_a_new_process(
+    tmp_path: Path, cache: CompileCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memo remembers an entry by its identity, ctime included: a same-size rewrite with the
+    mtime put back still changes the ctime, so the next process checks the seal again."""
+    key = tmp_path / "config" / "compile-cache.key"
+    victim = tmp_path / "victim.wasm"
+    victim.write_bytes(which("victim"))
+    cache.seal = CacheSeal(key)
+    cache.load(victim)
+    entry = cache.entry_for(victim)
+    before = entry.stat()
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    os.utime(entry, ns=(before.st_atime_ns, before.st_mtime_ns))
+    cache.seal = CacheSeal(key)  # a new process, with the memo that remembered the entry
+    cache.memo = DigestMemo(tmp_path / "cache" / MEMO_FILE, cache.seal.mac_bytes)
+    with caplog.at_level(logging.WARNING):
+        assert runs(cache, victim) == {"which-victim"}
+    assert any("is unsealed or altered" in r.getMessage() for r in caplog.records)
 
 
 # -- the token and grants files, through a symlink --------------------------------------------
