@@ -36,6 +36,15 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def tool(*args: str) -> str:
+    """What `python ARGS` (one of the bench's tools) printed; its own error output when it fails."""
+    done = subprocess.run(python_command(*args), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-20:])
+        raise SystemExit(f"bench: `{' '.join(args)}` failed (exit {done.returncode}):\n{tail}")
+    return done.stdout
+
+
 def prepare_capsules(root: Path, count: int) -> Path:
     """K copies of the one bench build, each with its own name and index."""
     source = HERE / "capsule"
@@ -86,60 +95,29 @@ def run() -> dict:
                 results[system][count] = entry
             if count == min(COUNTS):
                 log(f"K={count}: HTTP concurrency, both servers ...")
-                http = subprocess.run(
-                    python_command("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS)),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results["http"] = json.loads(http.stdout.strip().splitlines()[-1])
+                http = tool("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS))
+                results["http"] = json.loads(http.strip().splitlines()[-1])
                 results["http"]["capsules"] = count
                 log(f"K={count}: over NATS on loopback, against the in-memory bus ...")
-                nats = subprocess.run(
-                    python_command("-m", "bench.nats", str(folder), str(ROUNDS)),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results["nats"] = json.loads(nats.stdout.strip().splitlines()[-1])
+                nats = tool("-m", "bench.nats", str(folder), str(ROUNDS))
+                results["nats"] = json.loads(nats.strip().splitlines()[-1])
                 results["nats"]["capsules"] = count
                 log(f"K={count}: tracing and metrics off and on, in-process ...")
-                telemetry = subprocess.run(
-                    python_command("-m", "bench.telemetry", str(folder), str(ROUNDS)),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results["telemetry"] = json.loads(telemetry.stdout.strip().splitlines()[-1])
+                telemetry = tool("-m", "bench.telemetry", str(folder), str(ROUNDS))
+                results["telemetry"] = json.loads(telemetry.strip().splitlines()[-1])
                 results["telemetry"]["capsules"] = count
-            fanout = subprocess.run(
-                python_command("-m", "bench.fanout", str(folder), "30"), capture_output=True, text=True, check=True
-            )
-            results["fanout"][count] = json.loads(fanout.stdout.strip().splitlines()[-1])
+            fanout = tool("-m", "bench.fanout", str(folder), "30")
+            results["fanout"][count] = json.loads(fanout.strip().splitlines()[-1])
             if count == min(COUNTS):
-                phases = subprocess.run(
-                    python_command("-m", "bench.guest_phases", str(ROUNDS * 3), "--capsule", str(folder), "--json"),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results["phases"] = json.loads(phases.stdout.strip().splitlines()[-1])
+                phases = tool("-m", "bench.guest_phases", str(ROUNDS * 3), "--capsule", str(folder), "--json")
+                results["phases"] = json.loads(phases.strip().splitlines()[-1])
             if count == max(COUNTS):
-                static = subprocess.run(
-                    python_command("-m", "bench.static_fanout", "20"), capture_output=True, text=True, check=True
-                )
-                results["static_fanout"] = [json.loads(line) for line in static.stdout.strip().splitlines()]
-                rss = subprocess.run(
-                    python_command("-m", "bench.rss", str(folder), "3"), capture_output=True, text=True, check=True
-                )
-                results["rss"] = json.loads(rss.stdout)
-                principals = subprocess.run(
-                    python_command("-m", "bench.principals", str(folder), "100", "256"),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results["principals"] = json.loads(principals.stdout.strip().splitlines()[-1])
+                static = tool("-m", "bench.static_fanout", "20")
+                results["static_fanout"] = [json.loads(line) for line in static.strip().splitlines()]
+                rss = tool("-m", "bench.rss", str(folder), "3")
+                results["rss"] = json.loads(rss)
+                principals = tool("-m", "bench.principals", str(folder), "100", "256")
+                results["principals"] = json.loads(principals.strip().splitlines()[-1])
     for count in COUNTS:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
