@@ -74,6 +74,8 @@ async def serving(*, mode="legacy", limits=None, principal="alice"):
     try:
         with anyio.fail_after(30):
             async with Client(server.server, mode=mode, message_handler=on_message) as client:
+                # the kernel starts in the background: its capsules are there once it is ready
+                await anyio.to_thread.run_sync(runtime.wait_ready, 30)
                 yield client, server, kernel, updates
     finally:
         runtime.close()
