@@ -76,7 +76,7 @@ from astrid.host.broker.merge import RoundOf
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
-from astrid.host.broker.read_round import Drain, ReadStatus, drain, owner_silent, resolve, wait_for
+from astrid.host.broker.read_round import Drain, ReadStatus, owner_silent, resolve, wait_for
 from astrid.host.broker.started_read import StartedRead
 from astrid.host.broker.templates import merge_templates
 from astrid.host.broker.updates import AnnouncementGate
@@ -819,15 +819,17 @@ class Broker:
                     FailureCode.NOT_FOUND, f"the capsule that declared {template} is no longer loaded"
                 )
                 return gone, ReadStatus.OWNER_GONE
-            drained = drain(
-                sub,
-                delivery,
-                principal=principal,
-                uri=template,
-                preferred=owner,
-                window_s=window,
-                what="completion",
-                names=self.names,
+            drained = wait_for(
+                Drain(
+                    sub,
+                    delivery,
+                    principal=principal,
+                    uri=template,
+                    preferred=owner,
+                    window_s=window,
+                    what="completion",
+                    names=self.names,
+                )
             )
         others = sorted(source for source in drained.replies if source != owner)
         if others:

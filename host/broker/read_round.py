@@ -1,6 +1,6 @@
 """One read broadcast, in two steps: drain the replies, then resolve them.
 
-`drain` collects the replies to one read request until the listed owner
+A `Drain` collects the replies to one read request until the listed owner
 answered, every receiver finished, or the window ended. `resolve` turns what
 was drained into the outcome, by the routing rules of docs/contract/resources.md §5:
 
@@ -54,7 +54,7 @@ class Drained:
 
 class Drain:
     """Collects the replies to one read request until `preferred` answers, every receiver is done,
-    or the window ends; `drain` waits for it on a thread, an event loop may drive it instead
+    or the window ends; `wait_for` waits for it on a thread, an event loop may drive it instead
     (`settled` never waits).
 
     An unlisted URI (`preferred` None) waits for every receiver: who serves it
@@ -122,10 +122,9 @@ class Drain:
         """Take what is queued now; True once the drain is over (never waits)."""
         if not self.over:
             finished = self.delivery.finished  # before the poll: what a finished receiver sent is queued
-            if any(self.take(message) for message in self.replies.poll(BROKER_TUNING.drain_batch_messages)):
-                self.over = True
-            elif finished or self.remaining_s() <= 0:
-                self.over = True
+            taken = any(self.take(message) for message in self.replies.poll(BROKER_TUNING.drain_batch_messages))
+            if not taken and (finished or self.remaining_s() <= 0):
+                self.over = True  # (a reply that ends the drain set it in `take`)
         return self.over
 
     def remaining_s(self) -> float:
@@ -134,34 +133,6 @@ class Drain:
     def result(self) -> Drained:
         self.drained.finished = self.delivery.finished
         return self.drained
-
-
-def drain(
-    replies: Subscription,
-    delivery: Delivery,
-    *,
-    principal: Principal,
-    uri: str,
-    preferred: str | None,
-    window_s: float,
-    what: str = "read",
-    may_answer: Callable[[str], bool] | None = None,
-    names: CapsuleNames = NO_NAMES,
-) -> Drained:
-    """Wait for a `Drain` of these replies to settle (the arguments are its own)."""
-    return wait_for(
-        Drain(
-            replies,
-            delivery,
-            principal=principal,
-            uri=uri,
-            preferred=preferred,
-            window_s=window_s,
-            what=what,
-            may_answer=may_answer,
-            names=names,
-        )
-    )
 
 
 def wait_for(collecting: Drain) -> Drained:
