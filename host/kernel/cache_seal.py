@@ -172,7 +172,8 @@ class CacheSeal:
         except OSError as exc:
             log.info("no compile-cache key at %s (%s); cache entries verify only in this process", path, exc)
             self._key = secrets.token_bytes(KEY_BYTES)
-        self._verified: set[tuple[str, int, int, int, int]] = set()
+        # entries verified in this process, by identity (ctime too: a rewrite can put the mtime back, not the ctime)
+        self._verified: set[str] = set()
         self._lock = threading.Lock()
 
     def _mac(self, path: Path) -> str:
@@ -182,12 +183,6 @@ class CacheSeal:
                 digest.update(chunk)
         return digest.hexdigest()
 
-    @staticmethod
-    def _identity(path: Path) -> tuple[str, int, int, int, int]:
-        # ctime too: a rewrite can put the mtime back, not the ctime
-        stat = path.stat()
-        return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-
     def sign(self, entry: Path, memo: DigestMemo | None = None) -> None:
         """Seal `entry` as it is on disk now (best effort: an unwritable seal only costs a recompile);
         `memo` remembers the seal for a later process."""
@@ -196,7 +191,7 @@ class CacheSeal:
             mac = self._mac(entry)
             entry.with_name(entry.name + SUFFIX).write_text(mac)
             with self._lock:
-                self._verified.add(self._identity(entry))
+                self._verified.add(identity_of(entry))
             if memo is not None:
                 memo.put(before, entry, mac)
         except OSError as exc:
@@ -210,19 +205,19 @@ class CacheSeal:
         """Is `entry` byte for byte what this user's host sealed? `memo`: a MAC computed by an
         earlier process for the entry as it is now (same identity) is taken, not computed again."""
         try:
-            identity = self._identity(entry)
+            identity = identity_of(entry)
             with self._lock:
                 if identity in self._verified:
                     return True
             expected = entry.with_name(entry.name + SUFFIX).read_text().strip()
-            remembered = memo.get(entry) if memo is not None else None
-            if remembered is not None and remembered[1] is not None and hmac.compare_digest(expected, remembered[1]):
+            known = memo.get(identity) if memo is not None else None
+            if known is not None and hmac.compare_digest(expected, known):
                 ok = True
             else:
                 mac = self._mac(entry)
                 ok = hmac.compare_digest(expected, mac)
-                if ok and memo is not None and remembered is not None:
-                    memo.put(remembered[0], entry, mac)
+                if ok and memo is not None:
+                    memo.put(identity, entry, mac)
         except OSError:
             return False
         if ok:

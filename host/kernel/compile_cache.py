@@ -26,7 +26,7 @@ import wasmtime
 from wasmtime.component import Component
 
 from astrid.host.kernel.cache_seal import CacheSeal
-from astrid.host.kernel.digest_memo import DigestMemo
+from astrid.host.kernel.digest_memo import DigestMemo, identity_of
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
 from astrid.host.settings import CACHE_DIR_ENV, path_setting
 from astrid.host.tuning import KERNEL_TUNING
@@ -73,7 +73,8 @@ class CompileCache:
         started = time.perf_counter()
         # A hit needs only the digest: remembered from an earlier start while the file is unchanged,
         # else hashed as the file streams in (a warm start never holds the whole file).
-        identity, known = self.memo.get(wasm_path)
+        identity = identity_of(wasm_path)
+        known = self.memo.get(identity)
         wasm_sha = known or file_sha256(wasm_path)
         if known is None:
             self.memo.put(identity, wasm_path, wasm_sha)

@@ -45,11 +45,10 @@ class DigestMemo:
         self._lock = threading.Lock()
         self._digests: dict[Identity, str] | None = None  # read on first use
 
-    def get(self, path: Path) -> tuple[Identity, str | None]:
-        """The file's identity now, and the digest remembered for it (None: hash it)."""
-        identity = identity_of(path)
+    def get(self, identity: Identity) -> str | None:
+        """The digest remembered for a file of this identity (`identity_of`); None: hash it."""
         with self._lock:
-            return identity, self._loaded().get(identity)
+            return self._loaded().get(identity)
 
     def put(self, identity: Identity, path: Path, digest: str) -> None:
         """Remember `digest` for the file, if its identity is still the one taken before hashing it."""
