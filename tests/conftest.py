@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,24 @@ os.environ.setdefault("ASTRID_BUILD_CACHE_DIR", str(CACHE_ROOT / "builds"))
 _USER_DIRS = Path(tempfile.mkdtemp(prefix="astrid-test-user-"))
 os.environ.setdefault("ASTRID_CONFIG_DIR", str(_USER_DIRS / "config"))
 os.environ.setdefault("ASTRID_DATA_DIR", str(_USER_DIRS / "data"))
+
+
+LOG_TAIL_LINES = 200
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, Any, None]:
+    """A failed test shows what its servers logged (every `*.log` in its tmp_path, the tail):
+    a timing failure on a CI machine is otherwise a bare TimeoutError."""
+    outcome = yield
+    report = outcome.get_result()
+    funcargs = getattr(item, "funcargs", {})
+    tmp_path = funcargs.get("tmp_path")
+    if not report.failed or call.when != "call" or not isinstance(tmp_path, Path):
+        return
+    for log in sorted(tmp_path.rglob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"log {log.relative_to(tmp_path)}", "\n".join(lines)))
 
 
 @pytest.fixture

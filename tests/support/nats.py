@@ -121,10 +121,11 @@ def nats_server(
 def capsule_host(
     url: str, folder: Path, capsule_home: Path, log: Path, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen]:
-    """`astrid host run --bus URL --capsules FOLDER` until the block ends (`env`: more environment)."""
+    """`astrid host run --bus URL --capsules FOLDER` until the block ends (`env`: more environment).
+    With -v: the log says when hosts join and leave, which a failed test shows (tests/conftest.py)."""
     with log.open("a") as errors:
         process = subprocess.Popen(
-            [astrid_exe(), "host", "run", "--bus", url, "--capsules", str(folder)],
+            [astrid_exe(), "-v", "host", "run", "--bus", url, "--capsules", str(folder)],
             env=server_env(capsule_home, **(env or {})),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from astrid.host.bus.nats.connection import Connection
@@ -104,7 +104,7 @@ class Membership:
     def expire(self) -> None:
         now = time.monotonic()
         with self.lock:
-            before = frozenset(entry for seen in self.hosts.values() for entry in seen.capsules)
+            before = self.served_by(self.hosts)
             gone = [host for host, seen in self.hosts.items() if now - seen.seen > NATS_TUNING.host_timeout_s]
             for host in gone:
                 del self.hosts[host]
@@ -130,7 +130,16 @@ class Membership:
 
     def _served(self) -> frozenset[str]:
         """Every capsule the live hosts run."""
-        return frozenset(entry for seen in self.live().values() for entry in seen.capsules)
+        return self.served_by(self.live())
+
+    def served_by(self, hosts: Mapping[str, Host]) -> frozenset[str]:
+        """The source-ids of the capsules `hosts` run: announced in their heartbeats, or heard
+        answering from a capsule host already (an MCP host's speakers are its askers). A capsule
+        answers as soon as it is loaded, which may be before the heartbeat that announces it; a
+        host that leaves then still takes it away."""
+        announced = {entry.rpartition("@")[2] for seen in hosts.values() for entry in seen.capsules}
+        heard = {source for source, host in self.sources.items() if host in hosts and hosts[host].role == "capsules"}
+        return frozenset(announced | heard)
 
     def served_groups(self) -> set[str]:
         """The queue groups the live capsule hosts serve."""

@@ -30,9 +30,7 @@ class Tracker:
         """A round waiting for every capsule host alive now (and each queue group they serve)."""
         with self._lock:
             capsule_hosts = {host: seen for host, seen in self._members.live().items() if seen.role == "capsules"}
-            announced = {entry.rpartition("@")[2] for seen in capsule_hosts.values() for entry in seen.capsules}
-            heard = {source for source, host in self._members.sources.items() if host in capsule_hosts}
-            expected = frozenset(announced | heard)
+            expected = self._members.served_by(capsule_hosts)
             groups = {group for seen in capsule_hosts.values() for group in seen.groups}
             tracked = Round(set(capsule_hosts), expected, groups=groups)
             if not tracked.settle("no_hosts"):

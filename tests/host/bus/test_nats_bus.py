@@ -227,6 +227,36 @@ def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
         mcp.close()
 
 
+def test_a_host_heard_from_before_its_heartbeat_announced_anything_still_changes_the_set_when_it_leaves(
+    server,
+) -> None:
+    """A capsule answers as soon as it loads, which may be before the heartbeat that announces it
+    (up to `heartbeat_s`); the client lists it. When that host leaves before announcing, the
+    others must still see the capsule set change, or the client keeps a capsule that is gone."""
+    mcp = bus(server, "mcp")
+    changes = threading.Event()
+    mcp.on_membership_change = changes.set
+    host = bus(server, "capsules")  # announces no capsule: its heartbeats say []
+    try:
+        capsule = host_participant("capsule", "capsule-src", publish=[REPLIES], subscribe=[REQUESTS])
+
+        def answer(message) -> None:
+            host.publish(capsule, "resource.v1.response.read.c1", "{}", message.principal)
+
+        host.bind(Binding(capsule, "resource.v1.request.read", answer))
+        broker = host_participant("broker", "broker-src", publish=[REQUESTS], subscribe=[REPLIES])
+        with mcp.subscribe(broker, "resource.v1.response.read.c1", principal_scope=ALICE) as replies:
+            mcp.publish(broker, "resource.v1.request.read", "{}", ALICE).wait(5)
+            assert replies.recv(5) is not None
+        assert host.host_id in mcp.hosts() and mcp.hosts()[host.host_id] == ()
+        changes.clear()
+        host.close()  # its goodbye
+        assert changes.wait(5), "the capsule heard from that host left with it, unnoticed"
+    finally:
+        host.close()
+        mcp.close()
+
+
 def test_an_unreachable_server_or_a_bad_url_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BusError, match="cannot connect to the NATS server"):
         NatsBus("nats://127.0.0.1:1", role="mcp", cluster=HOST_CLUSTER).connect(timeout_s=1)
