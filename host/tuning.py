@@ -54,6 +54,8 @@ class NatsTuning:
     probe_after_s: float = 0.3
     # a group nobody claimed by then (its replica died on receipt): retried
     unclaimed_s: float = 0.8
+    # a failure that repeats every beat (a queue-group update) is logged at most this often
+    failure_line_every_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from astrid.host.bus.nats.connection import Connection
+from astrid.host.bus.nats.connection import Connection, reason
 from astrid.host.bus.nats.envelope import H_HOST
 from astrid.host.bus.nats.groups import QueueGroups
 from astrid.host.bus.topics import ClusterTopics
+from astrid.host.log_throttle import LogThrottle
 from astrid.host.tuning import NATS_TUNING
 
 log = logging.getLogger(__package__)  # log lines keep naming astrid.host.bus.nats
@@ -47,6 +48,7 @@ class Membership:
         # What the tracker does, under the lock, when a host goes or a host's groups change.
         self.released: Callable[[str], None] = lambda host: None
         self.regrouped: Callable[[], None] = lambda: None
+        self._sync_lines = LogThrottle(NATS_TUNING.failure_line_every_s)
 
     # -- this host's beat ---------------------------------------------------------------
 
@@ -62,12 +64,22 @@ class Membership:
             if self._connection.closed:
                 break  # closing began while we waited: no beat (nor groups) after the goodbye
             if groups.patterns and self._connection.connected:
-                await groups.sync({entry.rpartition("@")[2] for entry in capsules})
+                try:
+                    await groups.sync({entry.rpartition("@")[2] for entry in capsules})
+                except Exception as exc:  # beat on regardless: a host that stops beating is taken for dead
+                    self._sync_failed(exc)
             beat = {"host": self._host_id, "role": self._role, "capsules": capsules, "groups": sorted(groups.grouped)}
             if self._connection.connected and not self._connection.closed:
                 await self._send(self._cluster.heartbeat, json.dumps(beat))
             self.expire()
             await asyncio.sleep(NATS_TUNING.heartbeat_s)
+
+    def _sync_failed(self, exc: Exception) -> None:
+        skipped = self._sync_lines.ready()
+        if skipped is not None:
+            more = f" ({skipped} more since the last line)" if skipped else ""
+            log.warning("NATS: cannot update this host's queue groups: %s; retrying every beat%s", reason(exc), more)
+            log.debug("the queue-group update failed", exc_info=True)
 
     async def goodbye(self) -> None:
         """Say we leave: the others drop us at once."""

@@ -13,8 +13,10 @@ import pytest
 
 from astrid.host.bus import Binding, Dispatcher, Principal, host_participant
 from astrid.host.bus.nats import NatsBus, reports, subject_for
+from astrid.host.bus.nats.groups import QueueGroups
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
+from astrid.host.tuning import NATS_TUNING
 from tests.support.nats import NatsServer, nats_server
 
 ALICE = Principal.verified("alice")
@@ -252,6 +254,26 @@ def test_a_host_heard_from_before_its_heartbeat_announced_anything_still_changes
         changes.clear()
         host.close()  # its goodbye
         assert changes.wait(5), "the capsule heard from that host left with it, unnoticed"
+    finally:
+        host.close()
+        mcp.close()
+
+
+def test_a_host_keeps_beating_when_its_queue_groups_cannot_be_updated(server, monkeypatch, caplog) -> None:
+    """Any failure of the queue-group update (a NATS error mid-reconnect, say) used to end the
+    heartbeat task for good: the host went on serving, and every other host took it for dead."""
+
+    async def failing_sync(self, wanted: set[str]) -> None:
+        raise RuntimeError("subscribe refused")
+
+    monkeypatch.setattr(QueueGroups, "sync", failing_sync)
+    mcp = bus(server, "mcp")
+    host = bus(server, "capsules")  # a capsule host: it runs its capsules' queue groups
+    try:
+        time.sleep(NATS_TUNING.host_timeout_s + 1.5)  # past the time a silent host is gone
+        assert host.host_id in mcp.hosts(), "the host stopped beating"
+        warned = [r.getMessage() for r in caplog.records if "queue groups" in r.getMessage()]
+        assert len(warned) == 1 and "subscribe refused" in warned[0]  # once, not once per beat
     finally:
         host.close()
         mcp.close()
