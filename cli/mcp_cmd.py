@@ -390,7 +390,7 @@ def _serve_stdio(
     import anyio
 
     from astrid.host.mcp.server import AstridMcpServer
-    from astrid.host.mcp.stdio import InputStop
+    from astrid.host.mcp.stdio_wire import InputStop
     from astrid.host.settings import default_capsule_home
 
     # Ctrl-C ends the input as Ctrl-D does: the requests already read are answered, then it exits.

@@ -80,7 +80,8 @@ from astrid.host.mcp.reshape import (
     to_template,
 )
 from astrid.host.mcp.sdk_internals import PinnedOptionsServer, check_version, connection_of
-from astrid.host.mcp.stdio import InputStop, screened_stdio_server
+from astrid.host.mcp.stdio import screened_stdio_server
+from astrid.host.mcp.stdio_wire import InputStop
 from astrid.host.mcp.tools import ResourceTools
 from astrid.host.mcp.updates import Subscriptions
 from astrid.host.telemetry import metrics, tracing

@@ -19,26 +19,25 @@ At end of input the session is held open, bounded, until every request
 already read has been answered (or cancelled by the client): the SDK would
 cancel them, and `printf '...' | astrid mcp serve` would lose its answers.
 
-An `InputStop` ends the input the same way from outside, e.g. on Ctrl-C:
-the wire is read through `select` on the wire and the stop's pipe (on POSIX),
-so a reader blocked on a quiet terminal or pipe wakes at once and sees end of
-input; what was already read is answered, then the server returns.
+An `InputStop` ends the input the same way from outside, e.g. on Ctrl-C: a
+reader waiting on a quiet terminal or pipe wakes at once and sees end of
+input; what was already read is answered, then the server returns. How the
+wire's bytes are read and written (on the event loop where the fds allow it)
+is `stdio_wire`'s job.
 """
 
 from __future__ import annotations
 
-import errno
-import io
 import json
 import os
-import select
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 
 from astrid.host.mcp.sdk_internals import answered_id, stdio_streams
+from astrid.host.mcp.stdio_wire import InputStop, WireLines, WireWriter
 from astrid.host.tuning import MCP_TUNING
 
 PARSE_ERROR = -32700
@@ -103,115 +102,18 @@ class _Pending:
                 await anyio.sleep(0.01)
 
 
-class InputStop:
-    """Ends the wire's input as if the client had closed it: from a signal handler or any thread.
+class _AnsweringWriter:
+    """The wire's writer, telling `_Pending` which requests each line answered."""
 
-    `request()` only sets a flag and writes one byte to a pipe, so it is safe
-    in a signal handler; the reader, waiting in `select` on the wire and that
-    pipe, then sees end of input. `on_stop(pending)` is called once, on the
-    event loop, with how many requests already read are still to be answered."""
-
-    def __init__(self, on_stop: Callable[[int], None] | None = None) -> None:
-        self._read_fd, self._write_fd = os.pipe()
-        if hasattr(os, "set_blocking"):  # POSIX (Windows pipes on 3.11 have none; one byte fits anyway)
-            os.set_blocking(self._write_fd, False)
-        self.requested = False
-        self.on_stop = on_stop
-
-    def request(self) -> None:
-        self.requested = True
-        try:
-            os.write(self._write_fd, b"x")
-        except OSError:  # the pipe is full or closed: a stop was requested already
-            pass
-
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def close(self) -> None:
-        for fd in (self._read_fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-class _StoppableInput(io.RawIOBase):
-    """The wire's raw input: a read waits for data or for the stop, and a stop is end of input."""
-
-    def __init__(self, fd: int, stop: InputStop) -> None:
-        self._fd = fd
-        self._stop = stop
-
-    def readable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def readinto(self, buffer) -> int:
-        if self._stop.requested:
-            return 0
-        ready = _wait_readable(self._fd, self._stop.fileno())
-        if self._stop.fileno() in ready or self._stop.requested:
-            return 0
-        try:
-            data = os.read(self._fd, len(buffer))
-        except OSError as exc:
-            if exc.errno == errno.EIO:  # a terminal that hung up: end of input
-                return 0
-            raise
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                os.close(self._fd)
-            finally:
-                super().close()
-
-
-def _wait_readable(*fds: int) -> list[int]:
-    """The fds of `fds` ready to read, once one is (EINTR is retried by Python)."""
-    if hasattr(select, "poll") and max(fds) >= 1024:  # past select's FD_SETSIZE
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        return [fd for fd, _ in poller.poll()]
-    ready, _, _ = select.select(list(fds), [], [])
-    return ready
-
-
-def _wire_reader(fd: int, stop: InputStop | None) -> io.TextIOWrapper:
-    """The wire's line reader; with a stop (POSIX), one that `stop.request()` ends."""
-    if stop is None or os.name == "nt":  # no select on Windows pipes: Ctrl-D / closing stdin ends it
-        return io.TextIOWrapper(os.fdopen(fd, "rb"), encoding="utf-8", errors="replace")
-    raw = io.BufferedReader(_StoppableInput(fd, stop))
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
-
-
-class _LineWriter:
-    """The wire's writer: one whole line per write, flushed, never interleaved.
-
-    Write and flush run in one worker-thread call (one thread hop per line,
-    not two as through `anyio.wrap_file`)."""
-
-    def __init__(self, file: io.TextIOWrapper, pending: _Pending) -> None:
-        self._file = file
-        self._lock = anyio.Lock()
+    def __init__(self, wire: WireWriter, pending: _Pending) -> None:
+        self._wire = wire
         self._pending = pending
 
-    def _write_line(self, text: str) -> None:
-        self._file.write(text)
-        self._file.flush()
-
     async def write(self, text: str) -> None:
-        async with self._lock:
-            await anyio.to_thread.run_sync(self._write_line, text)
+        await self._wire.write(text)
         self._pending.written(text)
 
-    async def flush(self) -> None:  # every write already flushed
+    async def flush(self) -> None:  # every write is on the wire when it returns
         return None
 
 
@@ -219,9 +121,9 @@ class _ScreenedLines:
     """Lines from the wire; malformed ones are answered here and not passed on."""
 
     def __init__(
-        self, file: io.TextIOWrapper, writer: _LineWriter, pending: _Pending, stop: InputStop | None = None
+        self, lines: AsyncIterable[str], writer: _AnsweringWriter, pending: _Pending, stop: InputStop | None = None
     ) -> None:
-        self._lines = anyio.wrap_file(file)
+        self._lines = lines
         self._writer = writer
         self._pending = pending
         self._stop = stop
@@ -253,14 +155,17 @@ async def screened_stdio_server(stop: InputStop | None = None) -> AsyncIterator[
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
-    reader = _wire_reader(wire_in, stop)
+    reader = WireLines(wire_in, stop)
+    wire = WireWriter(wire_out)
     pending = _Pending()
-    writer = _LineWriter(io.TextIOWrapper(os.fdopen(wire_out, "wb"), encoding="utf-8"), pending)
+    writer = _AnsweringWriter(wire, pending)
     try:
         lines = _ScreenedLines(reader, writer, pending, stop)
         async with stdio_streams(stdin=lines, stdout=writer) as streams:
             yield streams
     finally:
+        reader.close()
+        wire.close()
         os.dup2(saved_in, 0)
         os.dup2(saved_out, 1)
         os.close(saved_in)

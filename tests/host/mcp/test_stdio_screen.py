@@ -52,8 +52,10 @@ def test_malformed_lines_get_the_json_rpc_error(line: str, request_id, code: int
     assert (answer["id"], answer["error"]["code"]) == (request_id, code)
 
 
-def test_requests_read_before_end_of_input_are_all_answered(tmp_path) -> None:
-    """`printf '...' | astrid mcp serve`: stdin ends right after the requests;
+@pytest.mark.parametrize("stdin", ["pipe", "file"])
+def test_requests_read_before_end_of_input_are_all_answered(tmp_path, stdin: str) -> None:
+    """`printf '...' | astrid mcp serve` (read on the event loop) and `astrid mcp serve < requests`
+    (a file the loop cannot watch: read on a thread): stdin ends right after the requests;
     the answers still come, then it exits."""
     requests = [
         initialize_request("pipe"),
@@ -65,14 +67,14 @@ def test_requests_read_before_end_of_input_are_all_answered(tmp_path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "ASTRID_CAPSULE_HOME": str(home)}
-    done = subprocess.run(
-        [tool_path("astrid"), "mcp", "serve", "--principal", "alice"],
-        input="".join(json.dumps(r) + "\n" for r in requests),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    lines = "".join(json.dumps(r) + "\n" for r in requests)
+    command = [tool_path("astrid"), "mcp", "serve", "--principal", "alice"]
+    if stdin == "pipe":
+        done = subprocess.run(command, input=lines, capture_output=True, text=True, env=env, timeout=60)
+    else:
+        (tmp_path / "requests.jsonl").write_text(lines)
+        with open(tmp_path / "requests.jsonl") as requests_file:
+            done = subprocess.run(command, stdin=requests_file, capture_output=True, text=True, env=env, timeout=60)
     answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
     assert set(answers) == {1, 2, "three", 4}, done.stderr
     assert answers[2]["result"]["resources"] == []

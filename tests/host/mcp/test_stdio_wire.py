@@ -1,0 +1,155 @@
+"""The stdio wire's bytes, over real pipes and files: lines read on the event loop where the fd
+allows it, short lines written on it, and a worker thread for everything else."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from astrid.host.mcp.stdio_wire import INLINE_WRITE_BYTES, InputStop, WireLines, WireWriter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(os.name == "nt", reason="POSIX pipes")]
+
+
+@pytest.fixture
+def thread_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many worker-thread hand-offs (`anyio.to_thread.run_sync`) were made."""
+    calls: Counter[str] = Counter()
+    original = anyio.to_thread.run_sync
+
+    async def counted(function, *args, **kwargs):
+        calls["to_thread"] += 1
+        return await original(function, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return calls
+
+
+async def _collect(lines: WireLines) -> list[str]:
+    return [line async for line in lines]
+
+
+async def test_lines_from_a_pipe_are_read_on_the_loop_however_the_bytes_arrive(thread_calls) -> None:
+    read_fd, write_fd = os.pipe()
+    lines = WireLines(read_fd)
+    chunks = [b'{"a": 1}\n{"b"', b": 2}\r\n", '{"c": "\u00e9"}\n'.encode(), b"\xff broken\n", b'{"last": true}']
+
+    def client() -> None:
+        for chunk in chunks:
+            os.write(write_fd, chunk)
+            time.sleep(0.02)  # each chunk a read of its own: lines cut across reads
+        os.close(write_fd)
+
+    writer = threading.Thread(target=client)
+    writer.start()
+    try:
+        got = await _collect(lines)
+    finally:
+        writer.join()
+        lines.close()
+    assert got == ['{"a": 1}\n', '{"b": 2}\r\n', '{"c": "\u00e9"}\n', "\ufffd broken\n", '{"last": true}']
+    assert lines.on_loop is True
+    assert thread_calls["to_thread"] == 0
+
+
+async def test_a_regular_file_cannot_be_watched_and_is_read_on_a_thread(tmp_path: Path, thread_calls) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": 3}')
+    fd = os.open(requests, os.O_RDONLY)
+    lines = WireLines(fd, InputStop())
+    try:
+        got = await _collect(lines)
+    finally:
+        lines.close()
+    assert got == ['{"a": 1}\n', '{"b": 2}\r\n', '{"c": 3}']
+    assert lines.on_loop is False
+    assert thread_calls["to_thread"] > 0
+
+
+async def test_a_stop_ends_the_input_of_a_quiet_pipe_at_once() -> None:
+    read_fd, write_fd = os.pipe()
+    stop = InputStop()
+    lines = WireLines(read_fd, stop)
+    os.write(write_fd, b'{"read": "before the stop"}\n')
+    threading.Timer(0.1, stop.request).start()
+    try:
+        with anyio.fail_after(5):  # the client never closes its end
+            got = await _collect(lines)
+    finally:
+        lines.close()
+        os.close(write_fd)
+        stop.close()
+    assert got == ['{"read": "before the stop"}\n']
+
+
+async def test_short_lines_to_a_pipe_are_written_on_the_loop_and_long_ones_on_a_thread(thread_calls) -> None:
+    read_fd, write_fd = os.pipe()
+    writer = WireWriter(write_fd)
+    short = '{"id": 1}\n'
+    long = '{"id": 2, "blob": "' + "x" * (2 * INLINE_WRITE_BYTES) + '"}\n'
+    received = bytearray()
+
+    def client() -> None:
+        while chunk := os.read(read_fd, 65536):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=client)
+    reader.start()
+    try:
+        await writer.write(short)
+        assert (writer.inline_writes, thread_calls["to_thread"]) == (1, 0)
+        await writer.write(long)
+        await writer.write(short)
+        assert (writer.inline_writes, thread_calls["to_thread"]) == (2, 1)
+    finally:
+        writer.close()
+        reader.join()
+        os.close(read_fd)
+    assert received.decode() == short + long + short
+
+
+async def test_a_client_that_stops_reading_never_stalls_the_loop() -> None:
+    read_fd, write_fd = os.pipe()
+    _fill(write_fd)
+    writer = WireWriter(write_fd)
+    ticks = 0
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.write, '{"id": 1}\n')  # the pipe is full: this one has to wait
+
+            for _ in range(5):  # the loop goes on meanwhile
+                await anyio.sleep(0.02)
+                ticks += 1
+            assert writer.inline_writes == 0
+            drained = bytearray()
+            while not drained.endswith(b'{"id": 1}\n'):  # the client reads again: the line arrives whole
+                drained.extend(await anyio.to_thread.run_sync(os.read, read_fd, 1 << 20))
+    finally:
+        writer.close()
+        os.close(read_fd)
+    assert ticks == 5
+
+
+def _fill(write_fd: int) -> None:
+    """Fill the pipe to the brim (the writer then blocks until its reader reads)."""
+    flags = fcntl.fcntl(write_fd, fcntl.F_GETFL)
+    fcntl.fcntl(write_fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(write_fd, b"." * 4096)
+    except BlockingIOError:
+        pass
+    finally:
+        fcntl.fcntl(write_fd, fcntl.F_SETFL, flags)
+    poller = select.poll()
+    poller.register(write_fd, select.POLLOUT)
+    assert poller.poll(0) == []
