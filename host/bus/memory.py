@@ -13,13 +13,14 @@ import itertools
 import json
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from astrid.host.bus.base import Binding, IpcErrorCode, Message, Participant, Principal
+from astrid.host.bus.base import UNPARSED, Binding, IpcErrorCode, Message, Participant, Principal
 from astrid.host.bus.topics import pattern_matches, topic_problem
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
@@ -102,6 +103,9 @@ class InMemorySubscription:
         self.close()
 
 
+_NOTHING_TO_RUN = threading.Condition()
+
+
 class InMemoryDelivery:
     """Tracks the handler invocations of one published message."""
 
@@ -110,7 +114,8 @@ class InMemoryDelivery:
         self.receivers = len(runs)
         self._runs = runs
         self._pending = len(runs)
-        self._cond = threading.Condition()
+        # A message no handler runs for (a reply) is finished from the start: it shares one condition.
+        self._cond = threading.Condition() if runs else _NOTHING_TO_RUN
         self._when_finished: list[Callable[[], None]] = []
 
     @property
@@ -165,8 +170,20 @@ class Dispatcher:
                 delivery.handler_finished()
 
 
+_last_stamp: tuple[int, str] = (-1, "")  # (millisecond, its text): most messages share their millisecond
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The time now, as a message's timestamp (UTC, milliseconds)."""
+    global _last_stamp
+    ms = time.time_ns() // 1_000_000
+    last = _last_stamp
+    if last[0] == ms:
+        return last[1]
+    moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    text = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    _last_stamp = (ms, text)
+    return text
 
 
 @dataclass
@@ -196,9 +213,11 @@ class InMemoryBus:
 
     # -- publishing ---------------------------------------------------------
 
-    def publish(self, sender: Participant, topic: str, payload: str, principal: Principal) -> InMemoryDelivery:
-        """Stamp and deliver a message; raises BusError when refused."""
-        data = self._check_publish(sender, topic, payload)
+    def publish(
+        self, sender: Participant, topic: str, payload: str, principal: Principal, *, parsed: object = UNPARSED
+    ) -> InMemoryDelivery:
+        """Stamp and deliver a message; raises BusError when refused (`parsed`: `Bus.publish`)."""
+        data = self._check_publish(sender, topic, payload, parsed)
         message = Message(topic, payload, sender.source_id, principal, now_iso(), next(self._seq), data)
         return self._deliver(message)
 
@@ -240,7 +259,7 @@ class InMemoryBus:
             owners += [b.owner for b in self._bindings_reaching(topic)]
         return any(only is None or only(owner.source_id) for owner in owners)
 
-    def _check_publish(self, sender: Participant, topic: str, payload: str) -> object:
+    def _check_publish(self, sender: Participant, topic: str, payload: str, parsed: object = UNPARSED) -> object:
         """Refuse what the contract forbids; the payload's JSON value when it passes."""
         problem = topic_problem(topic)
         if problem:
@@ -257,6 +276,8 @@ class InMemoryBus:
             self._refuse(
                 IpcErrorCode.INVALID_INPUT, f"payload of {size} bytes exceeds the {self.max_payload_bytes}-byte cap"
             )
+        if parsed is not UNPARSED:
+            return parsed
         try:
             return json.loads(payload)
         except (ValueError, RecursionError):

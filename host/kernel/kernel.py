@@ -436,7 +436,7 @@ class Kernel:
             if not message.principal.is_verified:
                 return  # the SDK lists nothing for anyone else (docs/contract/resources.md §5.5)
             try:
-                self.bus.publish(participant, reply.topic, reply.payload, message.principal)
+                self.bus.publish(participant, reply.topic, reply.payload, message.principal, parsed=reply.data)
             except BusError as exc:  # refused as the guest's publish would have been (and logged alike)
                 log.debug("capsule %s: its %s reply was refused: %s", capsule.name, handler, exc)
                 return

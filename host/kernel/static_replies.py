@@ -41,11 +41,12 @@ import json
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from astrid.host.bus.base import UNPARSED
 from astrid.host.bus.topics import is_clean_segment, topic_problem
 from astrid.host.contract.resource import DescribeResponse
 from astrid.host.contract.template import TemplatesResponse
@@ -70,10 +71,12 @@ TEMPLATES_HANDLER = "templates"
 
 @dataclass(frozen=True)
 class StaticReply:
-    """One reply as the capsule would publish it: its topic and its payload text, byte for byte."""
+    """One reply as the capsule would publish it: its topic and its payload text, byte for byte,
+    with the payload's JSON value (checked once, at load: the bus does not parse it again)."""
 
     topic: str
     payload: str
+    data: object = field(default=UNPARSED, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -140,11 +143,11 @@ def _reply(value: object, prefix: str, model: type[BaseModel], limits: Limits) -
     if size > limits.bus_message_bytes:
         return None
     try:
-        json.loads(payload)  # what the bus checks at publish
+        data = json.loads(payload)  # what the bus checks at publish
         model.model_validate_json(payload, context={"limits": limits})
     except (ValueError, RecursionError, ValidationError):
         return None
-    return StaticReply(topic, payload)
+    return StaticReply(topic, payload, data)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from astrid.host.bus.base import IpcErrorCode, Participant, Principal
+from astrid.host.bus.base import UNPARSED, IpcErrorCode, Participant, Principal
 from astrid.host.bus.memory import Dispatcher, InMemoryBus
 from astrid.host.bus.nats.connection import Connection, nats_problem, shown
 from astrid.host.bus.nats.envelope import H_HOST, H_MSG, H_RETRY, hop_attributes, remote_message, stamp
@@ -111,12 +111,14 @@ class NatsBus(InMemoryBus):
 
     # -- publishing: here, then to the other hosts ---------------------------------------
 
-    def publish(self, sender: Participant, topic: str, payload: str, principal: Principal) -> ClusterDelivery:  # type: ignore[override]
+    def publish(  # type: ignore[override]
+        self, sender: Participant, topic: str, payload: str, principal: Principal, *, parsed: object = UNPARSED
+    ) -> ClusterDelivery:
         if self._is_local_only(topic):
-            return ClusterDelivery(super().publish(sender, topic, payload, principal), None)
+            return ClusterDelivery(super().publish(sender, topic, payload, principal, parsed=parsed), None)
         if not self.connected:  # fail fast: a round that cannot reach the other hosts is not a round
             raise BusError(IpcErrorCode.UNKNOWN, f"the NATS server at {shown(self.url)} is unreachable; retry shortly")
-        local = super().publish(sender, topic, payload, principal)
+        local = super().publish(sender, topic, payload, principal, parsed=parsed)
         message_id = f"{self.host_id}.{next(self._ids)}"
         tracked = self._tracker.track(message_id) if self._is_tracked(topic) else None
         headers = stamp(local.message, principal, self.host_id, message_id)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import time
+from datetime import datetime
 
 from astrid.host.bus import Binding, InMemoryBus, Participant, Principal
 from astrid.host.bus import memory as memory_bus
@@ -55,3 +58,18 @@ def test_messages_reach_bindings_in_the_order_they_were_bound():
         bus.bind(bound(name, pattern, heard))
     bus.publish(SENDER, "app.x", "{}", ALICE)
     assert heard == ["b:app.x", "a:app.x", "c:app.x"]
+
+
+def test_a_message_timestamp_is_the_millisecond_it_was_stamped_in() -> None:
+    """The stamp's text is reused within one millisecond, never across two."""
+    shape = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    for _ in range(200):
+        before_ms = time.time_ns() // 1_000_000
+        stamp = memory_bus.now_iso()
+        after_ms = time.time_ns() // 1_000_000
+        assert shape.match(stamp), stamp
+        stamped_ms = round(datetime.fromisoformat(stamp).timestamp() * 1000)
+        assert before_ms <= stamped_ms <= after_ms
+    first = memory_bus.now_iso()
+    time.sleep(0.002)
+    assert memory_bus.now_iso() > first

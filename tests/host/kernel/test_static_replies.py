@@ -184,6 +184,29 @@ def test_anyone_not_verified_gets_nothing(kernels, built_introspect: Built):
     assert Broker(kernel.bus).start().listed(Principal.claimed("alice")) == ()
 
 
+def test_a_static_reply_is_published_without_a_second_parse(
+    kernels, monkeypatch: pytest.MonkeyPatch, built_introspect: Built, built_templated: Built
+):
+    """Checked at load, a static reply carries its JSON value: the bus parses only the request."""
+    static = start(kernels, built_introspect.folder, built_templated.folder)
+    parsed: list[str] = []
+    original = json.loads
+
+    def counted(text, *args, **kwargs):
+        parsed.append(text)
+        return original(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counted)
+    broker = BROKER.participant()
+    with static.bus.subscribe(broker, DESCRIBE_REPLIES) as queue:
+        assert static.bus.publish(broker, DESCRIBE_TOPIC, "{}", PRINCIPALS[0]).wait(10)
+        replies: list[Message] = queue.poll()
+    assert parsed == ["{}"]  # the broker's request; neither capsule's reply
+    assert len(replies) == 2
+    monkeypatch.setattr(json, "loads", original)
+    assert all(reply.parsed() == json.loads(reply.payload) for reply in replies)
+
+
 def test_a_reply_the_manifest_does_not_allow_is_refused_as_the_guests_would_be(
     kernels, tmp_path: Path, built_introspect: Built
 ):
