@@ -91,13 +91,16 @@ class WireLines:
 
     async def _loop_lines(self) -> AsyncIterator[str]:
         pending = bytearray()
+        searched = 0  # bytes of `pending` known to hold no newline: a long line is scanned once
         while True:
-            end = pending.find(b"\n")
+            end = pending.find(b"\n", searched)
             if end >= 0:
                 line = bytes(pending[: end + 1])
                 del pending[: end + 1]
+                searched = 0
                 yield line.decode("utf-8", errors="replace")
                 continue
+            searched = len(pending)
             chunk = await self._next_chunk()
             if not chunk:
                 if pending:  # a last line without its newline

@@ -61,6 +61,27 @@ async def test_lines_from_a_pipe_are_read_on_the_loop_however_the_bytes_arrive(t
     assert thread_calls["to_thread"] == 0
 
 
+async def test_a_long_line_arrives_whole_however_many_reads_it_takes() -> None:
+    read_fd, write_fd = os.pipe()
+    lines = WireLines(read_fd)
+    long = '{"params": "' + "y" * 300_000 + '"}\n'
+    data = (long + '{"next": 1}\n').encode()
+
+    def client() -> None:
+        for start in range(0, len(data), 4096):
+            os.write(write_fd, data[start : start + 4096])
+        os.close(write_fd)
+
+    writer = threading.Thread(target=client)
+    writer.start()
+    try:
+        got = await _collect(lines)
+    finally:
+        writer.join()
+        lines.close()
+    assert got == [long, '{"next": 1}\n']
+
+
 async def test_a_regular_file_cannot_be_watched_and_is_read_on_a_thread(tmp_path: Path, thread_calls) -> None:
     requests = tmp_path / "requests.jsonl"
     requests.write_bytes(b'{"a": 1}\n{"b": 2}\r\n{"c": 3}')
