@@ -146,13 +146,13 @@ class BusOptions:
     """`--bus nats://...` and `--nats-creds FILE`: join capsule hosts over NATS (docs/nats.md)."""
 
     def __init__(self, url: str | None, credentials: Path | None) -> None:
-        from astrid.host.bus.nats import nats_problem
-
         if url is None and credentials is not None:
             raise UserError("--nats-creds goes with --bus nats://HOST:PORT")
-        problem = nats_problem(url) if url is not None else None
-        if problem:
-            raise UserError(f"--bus {problem}")
+        if url is not None:
+            from astrid.host.bus.nats import nats_problem  # here: without --bus, the NATS bus is never loaded
+
+            if problem := nats_problem(url):
+                raise UserError(f"--bus {problem}")
         self.url = url
         self.credentials = str(credentials) if credentials is not None else None
         self.kv_on_bus = True  # kv state in JetStream (False: the SQLite file, as on one machine)
