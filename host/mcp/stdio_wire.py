@@ -221,21 +221,25 @@ class WireWriter:
     """The wire's writer: one whole line per write, in order, never interleaved.
 
     A short line to a pipe or socket with room is written on the loop; any
-    other goes through one worker-thread call (write and flush together)."""
+    other goes through one worker-thread call."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._lock = anyio.Lock()
         mode = os.fstat(fd).st_mode
         self._inline = os.name != "nt" and hasattr(select, "poll") and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
-        self.inline_writes = 0  # how many lines skipped the worker thread (tests, the bench)
+        self.inline_writes = 0  # how many lines skipped the worker thread (tests)
 
     async def write(self, text: str) -> None:
         data = text.encode("utf-8")
         async with self._lock:
             if self._inline and len(data) <= INLINE_WRITE_BYTES and self._has_room():
-                written = os.write(self._fd, data)  # whole: at most PIPE_BUF bytes into a slot that is free
-                self.inline_writes += 1
+                try:
+                    written = os.write(self._fd, data)  # whole: at most PIPE_BUF bytes into a slot that is free
+                except BlockingIOError:  # a descriptor someone made non-blocking, full after all: the thread waits
+                    written = 0
+                else:
+                    self.inline_writes += 1
                 data = data[written:]
             if data:
                 await anyio.to_thread.run_sync(self._write_all, data)
@@ -248,7 +252,12 @@ class WireWriter:
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view) :]
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:  # a descriptor someone made non-blocking: wait until it takes more
+                poller = select.poll()
+                poller.register(self._fd, select.POLLOUT)
+                poller.poll()
 
     async def flush(self) -> None:  # every write is on the wire when it returns
         return None

@@ -3,7 +3,6 @@ allows it, short lines written on it, and a worker thread for everything else.""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
 import threading
@@ -162,15 +161,39 @@ async def test_a_client_that_stops_reading_never_stalls_the_loop() -> None:
 
 def _fill(write_fd: int) -> None:
     """Fill the pipe to the brim (the writer then blocks until its reader reads)."""
-    flags = fcntl.fcntl(write_fd, fcntl.F_GETFL)
-    fcntl.fcntl(write_fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    blocking = os.get_blocking(write_fd)
+    os.set_blocking(write_fd, False)
     try:
         while True:
             os.write(write_fd, b"." * 4096)
     except BlockingIOError:
         pass
     finally:
-        fcntl.fcntl(write_fd, fcntl.F_SETFL, flags)
+        os.set_blocking(write_fd, blocking)
     poller = select.poll()
     poller.register(write_fd, select.POLLOUT)
     assert poller.poll(0) == []
+
+
+async def test_a_descriptor_someone_made_non_blocking_still_gets_every_line_whole() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)  # as a parent sharing the pipe might leave it
+    _fill(write_fd)
+    writer = WireWriter(write_fd)
+    lines = ['{"id": 1}\n', '{"id": 2, "blob": "' + "z" * 200_000 + '"}\n']
+    drained = bytearray()
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def write_both() -> None:
+                for line in lines:
+                    await writer.write(line)
+
+            tg.start_soon(write_both)
+            expected_end = lines[-1].encode()[-64:]
+            while not drained.endswith(expected_end):
+                drained.extend(await anyio.to_thread.run_sync(os.read, read_fd, 1 << 20))
+    finally:
+        writer.close()
+        os.close(read_fd)
+    assert drained.endswith("".join(lines).encode())
