@@ -64,11 +64,8 @@ class InputStop:
         return self._read_fd
 
     def close(self) -> None:
-        for fd in (self._read_fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _close_quietly(self._read_fd)
+        _close_quietly(self._write_fd)
 
 
 # -- reading ------------------------------------------------------------------------
@@ -146,10 +143,7 @@ class WireLines:
             yield line
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        _close_quietly(self._fd)
 
 
 def _watchable(fd: int) -> bool:
@@ -233,7 +227,7 @@ class WireWriter:
     async def write(self, text: str) -> None:
         data = text.encode("utf-8")
         async with self._lock:
-            if self._inline and len(data) <= INLINE_WRITE_BYTES and self._has_room():
+            if self._inline and len(data) <= INLINE_WRITE_BYTES and _writable(self._fd, timeout_ms=0):
                 try:
                     written = os.write(self._fd, data)  # whole: at most PIPE_BUF bytes into a slot that is free
                 except BlockingIOError:  # a descriptor someone made non-blocking, full after all: the thread waits
@@ -244,26 +238,31 @@ class WireWriter:
             if data:
                 await anyio.to_thread.run_sync(self._write_all, data)
 
-    def _has_room(self) -> bool:
-        poller = select.poll()
-        poller.register(self._fd, select.POLLOUT)
-        return any(events & select.POLLOUT for _, events in poller.poll(0))
-
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             try:
                 view = view[os.write(self._fd, view) :]
             except BlockingIOError:  # a descriptor someone made non-blocking: wait until it takes more
-                poller = select.poll()
-                poller.register(self._fd, select.POLLOUT)
-                poller.poll()
+                _writable(self._fd, timeout_ms=None)
 
     async def flush(self) -> None:  # every write is on the wire when it returns
         return None
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        _close_quietly(self._fd)
+
+
+def _writable(fd: int, *, timeout_ms: int | None) -> bool:
+    """Has `fd` room for a write, within `timeout_ms` (None: wait until it has)? POSIX `poll`."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLOUT for _, events in poller.poll(timeout_ms))
+
+
+def _close_quietly(fd: int) -> None:
+    """Close `fd`; one already closed (or never valid) is no error at shutdown."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass

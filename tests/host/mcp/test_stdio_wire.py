@@ -37,47 +37,38 @@ async def _collect(lines: WireLines) -> list[str]:
     return [line async for line in lines]
 
 
-async def test_lines_from_a_pipe_are_read_on_the_loop_however_the_bytes_arrive(thread_calls) -> None:
+async def _lines_from_a_pipe(chunks: list[bytes], pause_s: float = 0.0) -> tuple[list[str], WireLines]:
+    """What `WireLines` reads from a pipe a client thread writes `chunks` into, then closes."""
     read_fd, write_fd = os.pipe()
     lines = WireLines(read_fd)
-    chunks = [b'{"a": 1}\n{"b"', b": 2}\r\n", '{"c": "\u00e9"}\n'.encode(), b"\xff broken\n", b'{"last": true}']
 
     def client() -> None:
         for chunk in chunks:
             os.write(write_fd, chunk)
-            time.sleep(0.02)  # each chunk a read of its own: lines cut across reads
+            time.sleep(pause_s)
         os.close(write_fd)
 
     writer = threading.Thread(target=client)
     writer.start()
     try:
-        got = await _collect(lines)
+        return await _collect(lines), lines
     finally:
         writer.join()
         lines.close()
+
+
+async def test_lines_from_a_pipe_are_read_on_the_loop_however_the_bytes_arrive(thread_calls) -> None:
+    chunks = [b'{"a": 1}\n{"b"', b": 2}\r\n", '{"c": "\u00e9"}\n'.encode(), b"\xff broken\n", b'{"last": true}']
+    got, lines = await _lines_from_a_pipe(chunks, pause_s=0.02)  # each chunk a read of its own
     assert got == ['{"a": 1}\n', '{"b": 2}\r\n', '{"c": "\u00e9"}\n', "\ufffd broken\n", '{"last": true}']
     assert lines.on_loop is True
     assert thread_calls["to_thread"] == 0
 
 
 async def test_a_long_line_arrives_whole_however_many_reads_it_takes() -> None:
-    read_fd, write_fd = os.pipe()
-    lines = WireLines(read_fd)
     long = '{"params": "' + "y" * 300_000 + '"}\n'
     data = (long + '{"next": 1}\n').encode()
-
-    def client() -> None:
-        for start in range(0, len(data), 4096):
-            os.write(write_fd, data[start : start + 4096])
-        os.close(write_fd)
-
-    writer = threading.Thread(target=client)
-    writer.start()
-    try:
-        got = await _collect(lines)
-    finally:
-        writer.join()
-        lines.close()
+    got, _ = await _lines_from_a_pipe([data[start : start + 4096] for start in range(0, len(data), 4096)])
     assert got == [long, '{"next": 1}\n']
 
 
