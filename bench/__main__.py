@@ -121,7 +121,7 @@ def run() -> dict:
                 phases = tool("-m", "bench.guest_phases", str(ROUNDS * 3), "--capsule", str(folder), "--json")
                 results["phases"] = json.loads(phases.strip().splitlines()[-1])
             if count == max(COUNTS):
-                static = tool("-m", "bench.static_fanout", "20")
+                static = tool("-m", "bench.static_fanout", "200")
                 results["static_fanout"] = [json.loads(line) for line in static.strip().splitlines()]
                 rss = tool("-m", "bench.rss", str(folder), "3")
                 results["rss"] = json.loads(rss)
@@ -261,7 +261,7 @@ def static_table(results: dict) -> str:
     for row in results["static_fanout"]:
         rows.append(
             f"| {'on' if row['static'] else 'off'} | {row['capsules']} | {row['startup_ms']:.0f} | "
-            f"{row['fresh_list_median_ms']:.2f} | {row['sandboxes_instantiated']} |"
+            f"{row['fresh_list_median_ms']:.3f} | {row['sandboxes_instantiated']} |"
         )
     return "\n".join(rows)
 

@@ -33,6 +33,7 @@ from astrid.host.broker import Broker
 from astrid.host.broker.direct import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
 from astrid.host.contract.frontdoor import ReadResourceReply
+from astrid.host.contract.local_replies import NO_LOCAL_REPLIES
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.topics import (
     BROKER,
@@ -263,6 +264,8 @@ class Runtime:
                 authority=NamespaceAuthority(trust_store(self.config), kernel.provenance_of),
                 name_of=self._names.get,
                 subscription_limits=self.config.subscription_limits,
+                # A kernel's static replies, taken without a bus message each (a stand-in may have none).
+                local_replies=getattr(kernel, "static_directory", NO_LOCAL_REPLIES),
             ).start()
             if self.principal is not None:
                 self.client = self._new_client(self.principal)

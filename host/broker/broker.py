@@ -3,7 +3,10 @@
 It knows the resource contract and nothing about MCP or wasm:
 
 - a principal's resources come from a describe fan-out (scatter-gather),
-  merged by `describe.merge_round` and cached per principal (`cache`);
+  merged by `describe.merge_round` and cached per principal (`cache`); the
+  static replies of the capsules of the kernel beside it come from that
+  kernel's directory (`contract.local_replies`), with no bus message each,
+  and are merged as those capsules' replies;
 - a principal's resource templates come from a second fan-out of the same
   shape, merged by `templates.merge_templates` and cached beside the
   describe snapshot (the same events invalidate both, and a forced describe
@@ -70,20 +73,21 @@ from typing import Generic, TypeVar
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.cache import Slots, Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
-from astrid.host.broker.describe import merge_round
+from astrid.host.broker.describe import DESCRIBE, merge_round
 from astrid.host.broker.frontdoor import FrontDoors
-from astrid.host.broker.merge import RoundOf
+from astrid.host.broker.merge import NO_LOCAL, FanOut, LocalEntries, RoundOf, accept_local
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.read_cache import FreshRead, ReadCache, split_freshness
 from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.broker.read_round import Drain, ReadStatus, owner_silent, resolve, wait_for
 from astrid.host.broker.started_read import StartedRead
-from astrid.host.broker.templates import merge_templates
+from astrid.host.broker.templates import TEMPLATES, merge_templates
 from astrid.host.broker.updates import AnnouncementGate
 from astrid.host.bus import Binding, Bus, BusError, Message, Participant, Principal, Subscription
 from astrid.host.contract._base import utf8_len
 from astrid.host.contract.events import ResourceUpdated
 from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.contract.local_replies import NO_LOCAL_REPLIES, LocalKind, LocalReplies
 from astrid.host.contract.resource import ReadRequest, ResourceDefinition
 from astrid.host.contract.template import Argument, CompleteRequest, ResourceTemplate
 from astrid.host.contract.topics import (
@@ -145,11 +149,14 @@ _Snap = TypeVar("_Snap", Snapshot, TemplateSnapshot)
 class _Listing(Generic[_Item, _Snap]):
     """What differs between a principal's describe round and templates round: the rest is one code."""
 
-    kind: str  # "describe": its round lock, span (`broker.describe`), round metric and log lines
+    kind: LocalKind  # "describe": its round lock, span (`broker.describe`), round metric and log lines
     items: str  # "resources": what its log lines and span (`astrid.resources`) count
     topic: str  # the fan-out's request topic
     replies: str  # and the pattern of its replies
-    merge: Callable[[Principal, Iterable[Message], Limits, UriAuthority, CapsuleNames], RoundOf[_Item]]
+    merge: Callable[
+        [Principal, Iterable[Message], Limits, UriAuthority, CapsuleNames, LocalEntries[_Item]], RoundOf[_Item]
+    ]
+    fan_out: FanOut[_Item]  # how its replies are checked (the host's static ones too, once: `accept_local`)
     key: Callable[[_Item], str]  # an entry's key (its declared freshness is kept by it)
     snapshot: Callable[..., _Snap]  # the snapshot type
     slots: Callable[[SnapshotCache], Slots[_Snap]]  # where the cache keeps it
@@ -167,6 +174,7 @@ _RESOURCES = _Listing[ResourceDefinition, Snapshot](
     topic=DESCRIBE_TOPIC,
     replies=DESCRIBE_REPLIES,
     merge=merge_round,
+    fan_out=DESCRIBE,
     key=lambda definition: definition.uri,
     snapshot=Snapshot,
     slots=lambda cache: cache.resources,
@@ -179,6 +187,7 @@ _TEMPLATES = _Listing[ResourceTemplate, TemplateSnapshot](
     topic=TEMPLATES_TOPIC,
     replies=TEMPLATES_REPLIES,
     merge=merge_templates,
+    fan_out=TEMPLATES,
     key=lambda template: template.uri_template,
     snapshot=TemplateSnapshot,
     slots=lambda cache: cache.templates,
@@ -198,8 +207,13 @@ class Broker:
         authority: UriAuthority = OPEN,
         name_of: NameOf | None = None,
         subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
+        local_replies: LocalReplies = NO_LOCAL_REPLIES,
     ) -> None:
         self.bus = bus
+        # The static replies of the capsules of the kernel beside it, taken without a bus message each;
+        # what the checks that do not depend on the principal made of them, by round kind.
+        self.local_replies = local_replies
+        self._local: dict[str, LocalEntries] = {}
         self.authority = authority  # who may serve which URIs (namespaces); OPEN: anyone, anything
         # Capsules by name in failures and logs (name_of: source-id -> name; None: source-ids)
         self.names = CapsuleNames(name_of)
@@ -226,11 +240,13 @@ class Broker:
         # Not inline: checking who owns a URI may take a describe round, never in a capsule's thread.
         events = Binding(self.participant, RESOURCE_EVENTS, self._guard(self._on_resource_event))
         self.bus.bind_all([*self.front_doors.bindings(self._guard), invalidation, events])
+        self.local_replies.attach(self.participant.source_id)
         self._started = True
         return self
 
     def close(self) -> None:
         if self._started:
+            self.local_replies.detach(self.participant.source_id)
             self.bus.unbind_owner(self.participant.source_id)
             self._started = False
 
@@ -343,8 +359,10 @@ class Broker:
     def _merged_round(self, listing: _Listing[_Item, _Snap], principal: Principal) -> tuple[RoundOf[_Item], int, bool]:
         """The fan-out of `listing` and its merge: (result, receivers, all finished)."""
         started = time.perf_counter()
+        local = self._local_entries(listing, principal)
         messages, receivers, finished = self._fan_out(principal, listing.topic, listing.replies)
-        result = listing.merge(principal, messages, self.limits, self.authority, self.names)
+        result = listing.merge(principal, messages, self.limits, self.authority, self.names, local)
+        receivers += len(local.replies)
         elapsed = time.perf_counter() - started
         listing.counted(self.stats, elapsed)
         log.info(
@@ -359,6 +377,19 @@ class Broker:
             "" if finished else f" (window of {self.limits.describe_window_s:g} s ended first)",
         )
         return result, receivers, finished
+
+    def _local_entries(self, listing: _Listing[_Item, _Snap], principal: Principal) -> LocalEntries[_Item]:
+        """The host's static replies for this round (a verified principal's only, as the host's
+        handlers answer), checked once per set of replies."""
+        if not principal.is_verified:
+            return NO_LOCAL
+        replies = self.local_replies.replies(listing.kind)
+        if not replies:
+            return NO_LOCAL
+        kept = self._local.get(listing.kind)
+        if kept is None or kept.replies is not replies or kept.limits is not self.limits:
+            kept = self._local[listing.kind] = accept_local(listing.fan_out, replies, self.limits, self.names)
+        return kept
 
     # -- capsule-set changes -----------------------------------------------------------
 

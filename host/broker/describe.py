@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
+from astrid.host.broker.merge import NO_LOCAL, FanOut, LocalEntries, RoundOf, merge
 from astrid.host.broker.merge import Collision as Collision  # a describe round's collisions, by their old name
-from astrid.host.broker.merge import FanOut, RoundOf, merge
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.resource import DescribeResponse, ResourceDefinition
@@ -61,5 +61,6 @@ def merge_round(
     limits: Limits,
     authority: UriAuthority = OPEN,
     names: CapsuleNames = NO_NAMES,
+    local: LocalEntries[ResourceDefinition] = NO_LOCAL,
 ) -> RoundResult:
-    return RoundResult.of(principal, merge(DESCRIBE, principal, messages, limits, authority, names))
+    return RoundResult.of(principal, merge(DESCRIBE, principal, messages, limits, authority, names, local))

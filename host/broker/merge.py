@@ -1,7 +1,10 @@
 """Merging the replies of one fan-out: the rules a describe round and a templates round share.
 
-No bus here: `merge` takes the messages a round drained (in arrival order)
-and applies, in a fixed order:
+No bus here: `merge` takes the messages a round drained (in arrival order),
+with the host's own static replies (`LocalEntries`: the capsules of the kernel
+beside the broker, checked once by `accept_local` for every principal, then
+taken as those capsules' replies for a verified principal), and applies, in a
+fixed order:
 
 1. drop replies whose envelope principal is not the invoking principal;
 2. honour at most one reply per envelope source-id (a second is dropped and
@@ -33,7 +36,8 @@ from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import without_bad_meta
-from astrid.host.limits import Limits
+from astrid.host.contract.local_replies import LocalReply
+from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
@@ -91,7 +95,7 @@ class RoundOf(Generic[Item]):
     items: list[Item] = field(default_factory=list)
     owners: dict[str, str] = field(default_factory=dict)  # key -> source-id
     replied: set[str] = field(default_factory=set)  # source-ids whose reply was accepted
-    collisions: list[Collision] = field(default_factory=list)
+    collided: list[tuple[str, str, str]] = field(default_factory=list)  # (key, winner, loser)
     dropped_replies: int = 0
     dropped_entries: int = 0
     capped: int = 0
@@ -101,6 +105,11 @@ class RoundOf(Generic[Item]):
         """No capsule got an acceptable reply in (a lost race, not "nothing listed")."""
         return not self.replied
 
+    @property
+    def collisions(self) -> list[Collision]:
+        # Made when asked: a round of many copies of one capsule has many, and nobody reads them but tests.
+        return [Collision(key, winner, loser, self.principal) for key, winner, loser in self.collided]
+
     @classmethod
     def of(cls, principal: Principal, merged: Merged[Item]) -> Self:
         return cls(
@@ -108,11 +117,43 @@ class RoundOf(Generic[Item]):
             items=merged.items,
             owners=merged.owners,
             replied=merged.replied,
-            collisions=[Collision(key, winner, loser, principal) for key, winner, loser in merged.collisions],
+            collided=merged.collisions,
             dropped_replies=merged.dropped_replies,
             dropped_entries=merged.dropped_entries,
             capped=merged.capped,
         )
+
+
+@dataclass(frozen=True)
+class LocalEntries(Generic[Item]):
+    """The host's static replies of one kind (`contract.local_replies`), checked once (`accept_local`):
+    what every round takes from them before the URI authority, for whichever principal it runs."""
+
+    replies: tuple[LocalReply, ...]  # what they were made from (kept while the host's tuple is the same)
+    limits: Limits
+    by_source: tuple[tuple[str, dict[str, Item]], ...] = ()  # each accepted reply's entries by key
+    dropped_replies: int = 0
+    dropped_entries: int = 0
+
+
+NO_LOCAL: LocalEntries[Any] = LocalEntries((), DEFAULT_LIMITS)
+
+
+def accept_local(
+    kind: FanOut[Item], replies: tuple[LocalReply, ...], limits: Limits, names: CapsuleNames = NO_NAMES
+) -> LocalEntries[Item]:
+    """Check the host's static replies as any reply is checked, once for every principal (what
+    does not depend on the principal or the URI authority); what is dropped is logged here, once."""
+    merged: Merged[Item] = Merged()
+    by_source = []
+    for reply in replies:
+        checked = CHECKED_REPLIES.checked_value(kind, reply.payload, reply.data, limits)
+        if isinstance(checked, str):
+            merged.dropped_replies += 1
+            log.warning("%s reply from %s dropped: %s", kind.round, names.label(reply.source_id), checked)
+            continue
+        by_source.append((reply.source_id, _keyed(kind, reply.source_id, checked, merged, names)))
+    return LocalEntries(replies, limits, tuple(by_source), merged.dropped_replies, merged.dropped_entries)
 
 
 def merge(
@@ -122,11 +163,21 @@ def merge(
     limits: Limits,
     authority: UriAuthority = OPEN,
     names: CapsuleNames = NO_NAMES,
+    local: LocalEntries[Item] = NO_LOCAL,
 ) -> Merged[Item]:
-    """The round's items; `names` names the capsules in the log and audit lines."""
+    """The round's items, from the host's static replies (`local`, for a verified principal only)
+    and the replies the round drained; `names` names the capsules in the log and audit lines."""
     merged: Merged[Item] = Merged()
     seen: set[str] = set()  # every source-id that replied, whether its reply was kept or not
     per_source: dict[str, dict[str, Item]] = {}
+    if local.replies and principal.is_verified:
+        merged.dropped_replies, merged.dropped_entries = local.dropped_replies, local.dropped_entries
+        for source, entries in local.by_source:  # each as that capsule's reply, attributed to `principal`
+            seen.add(source)
+            if authority is not OPEN:
+                entries = _authorized(kind, principal, source, entries, merged, authority, names)
+            per_source[source] = entries
+            merged.replied.add(source)
     for message in messages:
         accepted = _accepted(kind, principal, message, limits, merged, seen, authority, names)
         if accepted is not None:
@@ -173,6 +224,17 @@ def _accepted(
         merged.dropped_replies += 1
         log.warning("%s reply from %s dropped: %s", kind.round, names.label(source), checked)
         return None
+    return _authorized(kind, principal, source, _keyed(kind, source, checked, merged, names), merged, authority, names)
+
+
+def _keyed(
+    kind: FanOut[Item],
+    source: str,
+    checked: tuple[CheckedEntry[Item], ...],
+    merged: Merged[Item],
+    names: CapsuleNames,
+) -> dict[str, Item]:
+    """A checked reply's valid entries by key, the first of any key it names twice."""
     accepted: dict[str, Item] = {}
     for index, entry in enumerate(checked):
         if entry.meta_dropped is not None:
@@ -189,17 +251,6 @@ def _accepted(
             log.warning("%s reply from %s: entry %d dropped: %s", kind.round, names.label(source), index, entry.error)
             continue
         key = kind.key(item)
-        if not kind.authorized(authority, source, item):
-            merged.dropped_entries += 1
-            audit.warning(
-                "%s reply from %s: %s=%s dropped: outside the URI namespaces its capsule may serve (principal %s)",
-                kind.round,
-                names.label(source),
-                kind.key_name,
-                key,
-                principal,
-            )
-            continue
         if key in accepted:
             merged.dropped_entries += 1
             log.warning(
@@ -212,6 +263,35 @@ def _accepted(
             continue
         accepted[key] = item
     return accepted
+
+
+def _authorized(
+    kind: FanOut[Item],
+    principal: Principal,
+    source: str,
+    entries: dict[str, Item],
+    merged: Merged[Item],
+    authority: UriAuthority,
+    names: CapsuleNames,
+) -> dict[str, Item]:
+    """The entries the URI authority lets `source` offer; each one it refuses is dropped with an audit line."""
+    if authority is OPEN:
+        return entries
+    allowed: dict[str, Item] = {}
+    for key, item in entries.items():
+        if kind.authorized(authority, source, item):
+            allowed[key] = item
+            continue
+        merged.dropped_entries += 1
+        audit.warning(
+            "%s reply from %s: %s=%s dropped: outside the URI namespaces its capsule may serve (principal %s)",
+            kind.round,
+            names.label(source),
+            kind.key_name,
+            key,
+            principal,
+        )
+    return allowed
 
 
 def _dedup(
@@ -316,23 +396,35 @@ class CheckedReplies:
         )
 
     def checked(self, kind: FanOut[Item], message: Message, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
-        payload = message.payload
+        return self._checked(kind, message.payload, message.parsed, limits)
+
+    def checked_value(
+        self, kind: FanOut[Item], payload: str, data: object, limits: Limits
+    ) -> tuple[CheckedEntry[Item], ...] | str:
+        """`checked` for a reply the host already parsed (`data` is `payload`'s JSON value)."""
+        return self._checked(kind, payload, lambda: data, limits)
+
+    def _checked(
+        self, kind: FanOut[Item], payload: str, parsed: Callable[[], object], limits: Limits
+    ) -> tuple[CheckedEntry[Item], ...] | str:
         if len(payload) > self._max_reply_chars:
-            return self._check(kind, message, limits)
+            return self._check(kind, parsed, limits)
         key = (kind.array, limits, payload)
         with self._lock:
             kept = self._kept.get(key)
         if kept is not None:
             return kept
-        checked = self._check(kind, message, limits)
+        checked = self._check(kind, parsed, limits)
         with self._lock:
             self._kept.put(key, checked, len(payload))
         return checked
 
     @staticmethod
-    def _check(kind: FanOut[Item], message: Message, limits: Limits) -> tuple[CheckedEntry[Item], ...] | str:
+    def _check(
+        kind: FanOut[Item], parsed: Callable[[], object], limits: Limits
+    ) -> tuple[CheckedEntry[Item], ...] | str:
         try:
-            data = message.parsed()
+            data = parsed()
         except (ValueError, RecursionError):
             return "not JSON"
         return check_reply(kind, data, limits)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from astrid.host.broker.authority import OPEN, UriAuthority
-from astrid.host.broker.merge import Collision, FanOut, RoundOf, merge
+from astrid.host.broker.merge import NO_LOCAL, Collision, FanOut, LocalEntries, RoundOf, merge
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.template import ResourceTemplate, TemplatesResponse
@@ -90,8 +90,9 @@ def merge_templates(
     limits: Limits,
     authority: UriAuthority = OPEN,
     names: CapsuleNames = NO_NAMES,
+    local: LocalEntries[ResourceTemplate] = NO_LOCAL,
 ) -> TemplatesResult:
-    return TemplatesResult.of(principal, merge(TEMPLATES, principal, messages, limits, authority, names))
+    return TemplatesResult.of(principal, merge(TEMPLATES, principal, messages, limits, authority, names, local))
 
 
 def template_routes(owners: Mapping[str, str]) -> tuple[TemplateRoute, ...]:

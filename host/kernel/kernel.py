@@ -48,6 +48,7 @@ from astrid.host.bus import (
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, mount_folder, usable
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded, ResourceUpdated
+from astrid.host.contract.local_replies import LocalKind, LocalReply
 from astrid.host.contract.topics import (
     CAPSULES_LOADED_TOPIC,
     FILE_WATCH,
@@ -67,7 +68,8 @@ from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
 from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
-from astrid.host.kernel.static_replies import DYNAMIC, StaticReplies, StaticReply, StaticReplyStore
+from astrid.host.kernel.static_directory import StaticDirectory
+from astrid.host.kernel.static_replies import DYNAMIC, STATIC_KINDS, StaticReplies, StaticReply, StaticReplyStore
 from astrid.host.limits import DEFAULT_LIMITS, Limits
 from astrid.host.settings import default_grants_file, default_kv_file
 from astrid.host.tuning import KERNEL_TUNING
@@ -160,6 +162,8 @@ class Kernel:
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         # Each build's describe/templates replies when they are the same for every principal.
         self.static_replies = StaticReplyStore(self.cache, self.limits)
+        # Those replies, for a broker beside the kernel to take without a bus message each.
+        self.static_directory = StaticDirectory()
         self.capsules: dict[Path, CapsuleSlot] = {}  # by folder; a folder is in at most one of these two
         self._provenance: dict[str, Provenance] = {}  # who each served capsule is, by source-id
         self._failures: dict[Path, FailedSlot] = {}
@@ -390,16 +394,21 @@ class Kernel:
         )
         statics = self._static_replies_of(capsule)
         bindings = []
+        listed: dict[LocalKind, LocalReply] = {}  # what a broker beside us takes without a bus message
         for pattern, handler in manifest.handlers().items():
             static = statics.for_binding(pattern, handler)
             if static is not None:
+                accepts = accepts_for(capsule, pattern)
+                if participant.may_publish(static.topic):  # else refused on the bus, as the guest's would be
+                    listed[STATIC_KINDS[handler]] = LocalReply(capsule.source_id, static.payload, static.data)
+                    accepts = _unless_read_directly(accepts, self.static_directory)
                 # Answered by the host, as the capsule, in the publisher's thread: no sandbox, no guest call.
                 bindings.append(
                     Binding(
                         participant,
                         pattern,
                         self._static_handler(capsule, participant, handler, static),
-                        accepts=accepts_for(capsule, pattern),
+                        accepts=accepts,
                         inline=True,
                     )
                 )
@@ -413,7 +422,9 @@ class Kernel:
                     is_capsule=True,
                 )
             )
-        self.bus.bind_all(bindings, replacing=replacing.source_id if replacing is not None else None)
+        replaced = replacing.source_id if replacing is not None else None
+        self.static_directory.put(capsule.source_id, listed, replacing=replaced)
+        self.bus.bind_all(bindings, replacing=replaced)
         return participant
 
     def _static_replies_of(self, capsule: LoadedCapsule) -> StaticReplies:
@@ -466,6 +477,7 @@ class Kernel:
     def _unload(self, folder: Path) -> None:
         capsule = self.capsules.pop(folder).capsule
         self._provenance.pop(capsule.source_id, None)
+        self.static_directory.drop(capsule.source_id)
         self.bus.unbind_owner(capsule.source_id)
         self.sandboxes.drop_capsule(capsule.source_id)
         self._forget_reads(capsule.source_id)
@@ -574,6 +586,11 @@ class Kernel:
             "limits": asdict(self.limits),
         }
         self.bus.publish(self.participant, INVENTORY_REPLY_PREFIX + correlation, json.dumps(reply), message.principal)
+
+
+def _unless_read_directly(accepts: Callable[[Message], bool], directory: StaticDirectory) -> Callable[[Message], bool]:
+    """`accepts`, but never a request of a broker that takes the static replies from `directory`."""
+    return lambda message: directory.answers_on_bus(message) and accepts(message)
 
 
 def _fingerprint(folder: Path, wasm_path: Path | None) -> tuple:

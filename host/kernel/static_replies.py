@@ -48,6 +48,7 @@ from pydantic import BaseModel, ValidationError
 
 from astrid.host.bus.base import UNPARSED
 from astrid.host.bus.topics import is_clean_segment, topic_problem
+from astrid.host.contract.local_replies import LocalKind
 from astrid.host.contract.resource import DescribeResponse
 from astrid.host.contract.template import TemplatesResponse
 from astrid.host.contract.topics import DESCRIBE_REPLY_PREFIX, DESCRIBE_TOPIC, TEMPLATES_REPLY_PREFIX, TEMPLATES_TOPIC
@@ -67,6 +68,8 @@ RECORD_SUFFIX = ".static.json"
 # The SDK's handler names for the two requests a static answer may stand in for.
 DESCRIBE_HANDLER = "describe"
 TEMPLATES_HANDLER = "templates"
+# Which of a broker's rounds each one's reply belongs to (`contract.local_replies`).
+STATIC_KINDS: dict[str, LocalKind] = {DESCRIBE_HANDLER: "describe", TEMPLATES_HANDLER: "templates"}
 
 
 @dataclass(frozen=True)
