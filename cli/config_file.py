@@ -18,7 +18,6 @@ anyone may write to, is refused: it decides what is served and to whom.
 
 from __future__ import annotations
 
-import difflib
 import os
 import stat
 import tomllib
@@ -179,6 +178,8 @@ def parse_config(data: dict[str, Any], path: Path, how: str = "--config FILE") -
 
 
 def _guess(key: str, known: list[str]) -> str:
+    import difflib  # here: only a mistake in the file needs it
+
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -86,9 +86,11 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def apply(root: click.Group) -> None:
-    """Put the summaries and examples into the commands under `root`."""
+def apply(root: click.Group, only: str | None = None) -> None:
+    """Put the summaries and examples into the commands under `root` (under its command `only`, if given)."""
     for path, command in walk(root):
+        if only is not None and path != only and not path.startswith(only + " "):
+            continue
         entry = HELP.get(path)
         if entry is None:
             continue

@@ -12,8 +12,49 @@ from astrid.cli import output
 from astrid.host.errors import AstridError
 from astrid.host.version import astrid_version
 
+# Each top-level command -> the modules that attach it and its subcommands. They are imported
+# when the command is first looked up: `astrid mcp serve` loads no other command's module.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "mcp": ("mcp_cmd", "token_cmd"),
+    "capsule": ("capsule_cmd", "artifact_cmd", "install_cmd", "oci_cmd", "grant_cmd"),
+    "resources": ("resources_cmd",),
+    "key": ("key_cmd",),
+    "trust": ("trust_cmd",),
+    "grants": ("grant_cmd",),
+    "host": ("host_cmd",),
+    "status": ("status_cmd",),
+}
+_loaded: set[str] = set()  # top-level commands whose modules are imported and help texts applied
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def _load(name: str) -> None:
+    """Import the modules of the top-level command `name` and put in its help texts, once."""
+    if name in _loaded:
+        return
+    for module in COMMAND_MODULES[name]:
+        __import__(f"astrid.cli.{module}")  # not importlib.import_module: -X importtime would not list it
+    _loaded.add(name)
+    from astrid.cli import help_texts
+
+    help_texts.apply(cli, name)
+
+
+class LazyGroup(click.Group):
+    """The root group: a command's module is imported when the command is looked up."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMAND_MODULES:
+            _load(cmd_name)
+        elif cmd_name not in self.commands:
+            _register_commands()  # an unknown name: click's "did you mean" looks at every command
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register_commands()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(astrid_version(), "--version", prog_name="astrid")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr; -v also shows tracebacks.")
 @click.option(
@@ -60,29 +101,12 @@ def trust() -> None:
 
 
 def _register_commands() -> None:
-    # Each command group lives in its own module; import them for their side
-    # effect of attaching commands to the groups above.
-    from astrid.cli import (  # noqa: F401
-        artifact_cmd,
-        capsule_cmd,
-        grant_cmd,
-        help_texts,
-        host_cmd,
-        install_cmd,
-        key_cmd,
-        mcp_cmd,
-        oci_cmd,
-        resources_cmd,
-        status_cmd,
-        token_cmd,
-        trust_cmd,
-    )
-
-    help_texts.apply(cli)
+    """Attach every command (the help listing and tests want them all; `main` loads them lazily)."""
+    for name in COMMAND_MODULES:
+        _load(name)
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register_commands()
     verbose = "-v" in (argv if argv is not None else sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="astrid", standalone_mode=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
 from astrid.host.contract._base import WireModel, limits_of, utf8_len
 
@@ -29,6 +29,8 @@ class ResourceUpdated(WireModel):
 
     What a capsule publishes on `resource.v1.event.updated`, and what the
     broker hands on (`astrid.v1.resource_updated`) once it checked it."""
+
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
 
     uri: str
 

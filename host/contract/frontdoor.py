@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from astrid.host.bus.topics import is_clean_segment
 from astrid.host.contract._base import WireModel
@@ -27,6 +27,8 @@ class FailureCode(StrEnum):
 
 
 class _Request(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     req_id: str = Field(max_length=128)
 
     @field_validator("req_id")
@@ -51,12 +53,16 @@ class ReadResourceRequest(_Request):
 class FrontDoorFailure(WireModel):
     """The failure part of a front-door reply (data, not an exception)."""
 
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     # Not strict: the code arrives as its JSON string and becomes the enum.
     code: FailureCode = Field(strict=False)
     message: str
 
 
 class ListResourcesReply(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     kind: Literal["resources.list"] = "resources.list"
     req_id: str
     resources: list[ResourceDefinition] = []
@@ -65,6 +71,8 @@ class ListResourcesReply(WireModel):
 
 
 class ReadResourceReply(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     kind: Literal["resource.read"] = "resource.read"
     req_id: str
     uri: str
@@ -80,6 +88,8 @@ class ListTemplatesRequest(_Request):
 
 
 class ListTemplatesReply(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     kind: Literal["resources.templates"] = "resources.templates"
     req_id: str
     templates: list[ResourceTemplate] = []
@@ -96,6 +106,8 @@ class CompletionRequest(_Request):
 
 
 class CompletionReply(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     kind: Literal["completion.complete"] = "completion.complete"
     req_id: str
     values: list[str] = []

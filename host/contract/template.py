@@ -7,7 +7,7 @@ fails when these drift from it. URI templates are checked by
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from astrid.host.contract._base import U32, WireModel, check_bytes, check_count, check_segment, limits_of
 from astrid.host.contract.resource import Annotations, BoundedFields, Icon
@@ -46,11 +46,15 @@ class TemplatesResponse(WireModel):
 
 
 class Argument(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     name: str
     value: str
 
 
 class CompleteRequest(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     uri_template: str
     argument_name: str
     argument_value: str
@@ -64,6 +68,8 @@ class CompleteRequest(WireModel):
 
 
 class CompleteResponse(WireModel):
+    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
+
     values: list[str] = []
     total: U32 | None = None
     has_more: bool = False

@@ -25,14 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
 from astrid.host.identity.errors import SigningKeyError
 from astrid.host.owner_file import OwnerOnlyFile
 from astrid.host.settings import config_dir
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from securesystemslib.signer import CryptoSigner, SSlibKey
 
 PUBLIC_KEY_PREFIX = "ed25519:"
@@ -83,6 +81,9 @@ class PublicKey:
             raw = b""
         if len(raw) != 32 or _b64(raw) != body:  # exactly one spelling per key
             raise SigningKeyError(f"{_clip(text)!r} is not a public key: {shape}")
+        # here, as every cryptography import of this module: a start that trusts no key never loads it
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
@@ -129,6 +130,8 @@ def _clip(text: str) -> str:
 
 
 def _public_of(private: Ed25519PrivateKey) -> PublicKey:
+    from cryptography.hazmat.primitives import serialization
+
     return PublicKey(private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
 
@@ -162,6 +165,9 @@ class KeyStore:
             raise SigningKeyError(
                 f"a key named {name!r} already exists ({path}); keys are never replaced: pick another name"
             )
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         private = Ed25519PrivateKey.generate()
         pem = private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -198,6 +204,9 @@ class KeyStore:
             )
         if len(raw) > MAX_KEY_FILE_BYTES:
             raise SigningKeyError(f"the key file {file.path} is not an Ed25519 key astrid made (too large)")
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         try:
             private = serialization.load_pem_private_key(raw, password=None)
         except (ValueError, TypeError) as exc:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from astrid.host.identity.signing import verify_installed
 from astrid.host.identity.trust import TrustStore
 from astrid.host.kernel.manifest import load_manifest
 from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
@@ -30,6 +29,8 @@ def vetter(trust: TrustStore) -> Vet:
             namespaces = tuple(load_manifest(folder).package.namespaces)
             trust.check_claim(namespaces, None)  # an unsigned folder owns nothing
             return Provenance(namespaces=namespaces)
+        from astrid.host.identity.signing import verify_installed  # here: only an installed capsule loads it
+
         capsule = verify_installed(folder, trust, allow_unsigned=True)  # installed with --allow-unsigned: no key
         return Provenance(
             publisher=capsule.publisher,

@@ -29,10 +29,8 @@ from urllib.parse import urlsplit
 from wasmtime.component import Variant
 
 from astrid.host.capabilities import CapabilityError
-from astrid.host.capabilities.fs import MountedFiles
 from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, grant_command, mount_folder, usable
 from astrid.host.capabilities.http import HttpGateway
-from astrid.host.capabilities.kv import KvStore
 from astrid.host.contract.topics import READ_REQUEST_TOPIC
 from astrid.host.kernel.file_tracking import ReadKey, ReadTracker
 from astrid.host.kernel.routing import requested_uri
@@ -41,6 +39,7 @@ from astrid.host.telemetry import metrics, tracing
 from astrid.host.tuning import KERNEL_TUNING
 
 if TYPE_CHECKING:
+    from astrid.host.capabilities.fs import MountedFiles
     from astrid.host.kernel.sandbox import Instance
 
 log = logging.getLogger("astrid.capsule")
@@ -206,6 +205,8 @@ class CapabilityAbi:
             folder = mount_folder(template, principal)
             if folder is not None:
                 mounts[mount] = folder
+        from astrid.host.capabilities.fs import MountedFiles  # here: only a capsule that reads files loads it
+
         return MountedFiles(
             instance.capsule.name,
             mounts,
@@ -249,6 +250,8 @@ class CapabilityAbi:
     def _kv_store(self) -> Any:
         with self._lock:
             if self._kv is None:
+                from astrid.host.capabilities.kv import KvStore  # here: sqlite3 loads only once a capsule uses kv
+
                 self._kv = self.kv_factory() if self.kv_factory is not None else KvStore(self.kv_path)
             return self._kv
 

@@ -1,5 +1,6 @@
 """What `astrid mcp serve` on stdio loads at start: not the NATS bus without `--bus`, not the
-signature library without a signed capsule (each costs tens of ms of every start)."""
+signature library without a signed capsule (each costs tens of ms of every start), nor the other
+commands' modules, the key and signature code, SQLite (kv) or the file capability."""
 
 from __future__ import annotations
 
@@ -25,3 +26,47 @@ def test_a_stdio_server_without_a_bus_loads_neither_nats_nor_the_signature_libra
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "astrid.host.mcp.server" in imported  # the measure works: the server itself was imported
     assert not {name for name in imported if name.startswith(("astrid.host.bus.nats", "nats", "securesystemslib"))}
+
+
+# Imported only when used; each costs a little of every start (`-X importtime` on a real start).
+LAZY = {
+    # commands other than `mcp` (cli/main.py imports a command's module when it is looked up)
+    "astrid.cli.artifact_cmd",
+    "astrid.cli.capsule_cmd",
+    "astrid.cli.grant_cmd",
+    "astrid.cli.host_cmd",
+    "astrid.cli.install_cmd",
+    "astrid.cli.key_cmd",
+    "astrid.cli.oci_cmd",
+    "astrid.cli.resources_cmd",
+    "astrid.cli.status_cmd",
+    "astrid.cli.trust_cmd",
+    # signatures and keys: only an installed (signed) capsule or a trusted key needs them
+    "astrid.host.identity.signing",
+    "astrid.host.identity.artifact",
+    "cryptography.hazmat.primitives.asymmetric.ed25519",
+    "cryptography.hazmat.primitives.serialization",
+    # capabilities: only a capsule that uses them
+    "astrid.host.capabilities.kv",
+    "sqlite3",
+    "astrid.host.capabilities.fs",
+    # a mistake in astrid.toml
+    "difflib",
+}
+
+
+def test_a_stdio_start_loads_no_module_it_does_not_use(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", tool_path("astrid"), "mcp", "serve", "--principal", "alice"],
+        input="",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ASTRID_CAPSULE_HOME": str(home)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "astrid.cli.mcp_cmd" in imported  # the measure works: the command's module was imported
+    assert sorted(LAZY & imported) == []

@@ -98,7 +98,9 @@ def test_nobody_but_a_verified_principal_gets_a_static_reply(kernels, built_intr
     assert direct.snapshot(PRINCIPALS[0]).resources
 
 
-def test_the_directory_follows_the_capsule_set(kernels, tmp_path: Path, built_introspect: Built, built_templated: Built):
+def test_the_directory_follows_the_capsule_set(
+    kernels, tmp_path: Path, built_introspect: Built, built_templated: Built
+):
     introspect = Path(shutil.copytree(built_introspect.folder, tmp_path / "capsules" / "introspect"))
     shutil.copytree(built_templated.folder, tmp_path / "capsules" / "templated")
     kernel = start(kernels, tmp_path / "capsules")
