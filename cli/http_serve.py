@@ -28,6 +28,7 @@ from astrid.cli.mcp_cmd import (
     show_server_events,
 )
 from astrid.cli.observe import Observability
+from astrid.cli.start_up import serving
 
 
 @dataclass
@@ -199,6 +200,7 @@ def serve_http(
     hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
     announce(runtime, watch, hint)
     interrupted = False
+    serving()
     try:
         listener.serve()  # uvicorn stops on the first Ctrl-C, then re-raises it
     except KeyboardInterrupt:

@@ -38,6 +38,7 @@ from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
 from astrid.cli.observe import Observability, observability_options
+from astrid.cli.start_up import quiet_start_up, serving
 from astrid.cli.workers import WorkersType
 
 log = logging.getLogger("astrid.cli")
@@ -266,6 +267,7 @@ def _say(message: str) -> None:
     help="Run the capsules in N local processes (auto: one per core) joined by a private nats-server "
     "this command starts and stops; the MCP front end spreads requests across them (docs/nats.md).",
 )
+@quiet_start_up
 def mcp_serve(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -425,6 +427,7 @@ def _serve_stdio(
         announce(runtime, watch, hint)
         server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=resource_tools)
         interrupted = False
+        serving()
         try:
             anyio.run(server.run_stdio, stop)
         except KeyboardInterrupt:  # Ctrl-C again, while the last answers were awaited

@@ -1,9 +1,11 @@
 """What `astrid mcp serve` on stdio loads at start: not the NATS bus without `--bus`, not the
 signature library without a signed capsule (each costs tens of ms of every start), nor the other
-commands' modules, the key and signature code, SQLite (kv) or the file capability."""
+commands' modules, the key and signature code, SQLite (kv) or the file capability; and it runs no
+cycle collection until it serves (`cli/start_up.py`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,3 +72,48 @@ def test_a_stdio_start_loads_no_module_it_does_not_use(tmp_path) -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "astrid.cli.mcp_cmd" in imported  # the measure works: the command's module was imported
     assert sorted(LAZY & imported) == []
+
+
+# Runs `astrid mcp serve` in a process of its own, watching `start_up.serving` (mcp_cmd imports it
+# when the command is looked up, after this patch): how the collector stood when the start-up ended.
+QUIET_START_PROBE = """
+import gc, json, sys
+from astrid.cli import start_up
+from astrid.cli.main import main
+
+seen = {}
+original = start_up.serving
+
+
+def serving():
+    seen["collector_on_during_start_up"] = gc.isenabled()
+    original()
+    seen["frozen"] = gc.get_freeze_count()
+    seen["collector_on_when_serving"] = gc.isenabled()
+
+
+start_up.serving = serving
+try:
+    main(["mcp", "serve", "--principal", "alice"])
+except SystemExit:
+    pass
+print(json.dumps(seen))
+"""
+
+
+def test_a_stdio_start_runs_no_cycle_collection_and_serves_with_what_it_made_frozen(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_START_PROBE],
+        input="",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ASTRID_CAPSULE_HOME": str(home)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["collector_on_during_start_up"] is False
+    assert seen["collector_on_when_serving"] is True
+    assert seen["frozen"] > 10_000  # the SDK's and the host's objects: never scanned again
