@@ -18,6 +18,7 @@ from astrid.cli.errors import UserError
 from astrid.cli.main import cli
 from astrid.cli.mcp_cmd import INTERRUPTED_EXIT, BusOptions, bus_options, capsules_option, resolve_capsule_paths
 from astrid.cli.observe import Observability, observability_options
+from astrid.cli.start_up import quiet_start_up, serving
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -39,6 +40,7 @@ def host() -> None:
     help="Where astrid:kv keeps state: the NATS server's JetStream (shared by every host), "
     "or this machine's SQLite file (shared only by the hosts on this machine).",
 )
+@quiet_start_up
 def host_run(
     capsule_dirs: tuple[Path, ...],
     bus_url: str | None,
@@ -91,6 +93,7 @@ def host_run(
         shown = bus_url.split("@")[-1]
         output.say(f"hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}")
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
+        serving()
         _wait_for_a_stop_signal()
     finally:
         if watcher is not None:

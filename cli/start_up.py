@@ -4,10 +4,10 @@ Importing the MCP SDK and the host and loading the capsules make ~90,000
 tracked objects that live as long as the process, and a few hundred that are
 garbage. Collected as they are made, they cost ~45 ms of a ~0.5 s stdio start:
 the collector scans the growing heap again and again (one full collection of
-it took ~50 ms here). So `astrid mcp serve` starts with the collector off
-(`quiet_start_up`) and, once it serves, moves everything made so far into the
-permanent generation before turning it back on (`serving`): later collections
-scan only what requests make. The start-up's few hundred garbage objects are
+it took ~50 ms here). So `astrid mcp serve` and `astrid host run` start with
+the collector off (`quiet_start_up`) and, once they serve, move everything
+made so far into the permanent generation before turning it back on
+(`serving`): later collections scan only what requests make. The start-up's few hundred garbage objects are
 kept (a few KiB): a full collection to free them would cost what was saved.
 """
 
