@@ -88,7 +88,7 @@ from astrid.host.contract._base import utf8_len
 from astrid.host.contract.events import ResourceUpdated
 from astrid.host.contract.frontdoor import FailureCode
 from astrid.host.contract.local_replies import NO_LOCAL_REPLIES, LocalKind, LocalReplies
-from astrid.host.contract.resource import ReadRequest, ResourceDefinition
+from astrid.host.contract.resource import ResourceDefinition, read_request
 from astrid.host.contract.template import Argument, CompleteRequest, ResourceTemplate
 from astrid.host.contract.topics import (
     BROKER,
@@ -639,10 +639,10 @@ class Broker:
     def _open_read_round(self, principal: Principal, uri: str, route: _Route) -> _ReadRound:
         """Publish the read request, its replies' subscription open (the caller closes it)."""
         correlation = uuid.uuid4().hex
-        request = ReadRequest(uri=uri, correlation_id=correlation).to_json()
+        request, value = read_request(uri, correlation)
         replies = self.bus.subscribe(self.participant, READ_REPLY_PREFIX + correlation, principal_scope=principal)
         try:
-            delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal)
+            delivery = self.bus.publish(self.participant, READ_REQUEST_TOPIC, request, principal, parsed=value)
         except BaseException:
             replies.close()
             raise

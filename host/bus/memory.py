@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import NoReturn
 
 from astrid.host.bus.base import UNPARSED, Binding, IpcErrorCode, Message, Participant, Principal
-from astrid.host.bus.topics import pattern_matches, topic_problem
+from astrid.host.bus.topics import WILDCARD, pattern_matches, topic_problem
 from astrid.host.errors import BusError
 from astrid.host.limits import DEFAULT_LIMITS
 from astrid.host.tuning import BUS_TUNING
@@ -103,6 +103,58 @@ class InMemorySubscription:
         self.close()
 
 
+class _SubscriptionIndex:
+    """The live subscriptions, found by topic without matching every pattern: an exact pattern
+    (a read's reply topic, one per read in flight) by its text, the few ending in `*` by a scan.
+    Not thread-safe: the bus's lock guards it."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, list[InMemorySubscription]] = {}
+        self._wild: list[InMemorySubscription] = []
+        self._per_source: dict[str, int] = {}
+
+    def add(self, subscription: InMemorySubscription) -> None:
+        if subscription.pattern.endswith(_WILD_SUFFIX):
+            self._wild.append(subscription)
+        else:
+            self._exact.setdefault(subscription.pattern, []).append(subscription)
+        source = subscription.owner.source_id
+        self._per_source[source] = self._per_source.get(source, 0) + 1
+
+    def remove(self, subscription: InMemorySubscription) -> None:
+        """Take it out (a second removal, after a replacement took it out already, does nothing)."""
+        pattern = subscription.pattern
+        found = self._wild if pattern.endswith(_WILD_SUFFIX) else self._exact.get(pattern)
+        if found is None or subscription not in found:
+            return
+        found.remove(subscription)
+        if not found and found is not self._wild:
+            del self._exact[pattern]
+        source = subscription.owner.source_id
+        left = self._per_source[source] - 1
+        if left:
+            self._per_source[source] = left
+        else:
+            del self._per_source[source]
+
+    def matching(self, topic: str) -> list[InMemorySubscription]:
+        exact = self._exact.get(topic)
+        matched = list(exact) if exact else []
+        matched += [s for s in self._wild if pattern_matches(s.pattern, topic)]
+        return matched
+
+    def count_of(self, source_id: str) -> int:
+        return self._per_source.get(source_id, 0)
+
+    def all(self) -> list[InMemorySubscription]:
+        return [s for found in self._exact.values() for s in found] + self._wild
+
+    def of(self, source_id: str) -> list[InMemorySubscription]:
+        """Every live subscription of one participant (an unload or a rebuild closes them)."""
+        return [s for s in self.all() if s.owner.source_id == source_id]
+
+
+_WILD_SUFFIX = "." + WILDCARD
 _NOTHING_TO_RUN = threading.Condition()
 
 
@@ -202,7 +254,7 @@ class InMemoryBus:
         self.dispatcher = dispatcher or Dispatcher()
         self.max_payload_bytes = max_payload_bytes
         self._lock = threading.Lock()
-        self._subscriptions: list[InMemorySubscription] = []
+        self._live = _SubscriptionIndex()
         self._bindings: list[Binding] = []
         # The bindings each topic reaches, in binding order: a publish looks them up instead of
         # matching every pattern (bindings change only at load). Emptied on every change, and when
@@ -227,7 +279,7 @@ class InMemoryBus:
         participant out (a NATS queue group delivers a request to one replica)."""
         with self._lock:
             self.stats.published += 1  # every message this bus delivered
-            subscriptions = [s for s in self._subscriptions if pattern_matches(s.pattern, message.topic)]
+            subscriptions = self._live.matching(message.topic)
             bindings = self._bindings_reaching(message.topic)
         if only is not None:
             subscriptions = [s for s in subscriptions if only(s.owner.source_id)]
@@ -255,7 +307,7 @@ class InMemoryBus:
     def _would_reach(self, topic: str, only: Callable[[str], bool] | None = None) -> bool:
         """Would `_deliver` hand a message on `topic` to anyone here (before the per-message checks)?"""
         with self._lock:
-            owners = [s.owner for s in self._subscriptions if pattern_matches(s.pattern, topic)]
+            owners = [s.owner for s in self._live.matching(topic)]
             owners += [b.owner for b in self._bindings_reaching(topic)]
         return any(only is None or only(owner.source_id) for owner in owners)
 
@@ -301,16 +353,20 @@ class InMemoryBus:
             raise BusError(IpcErrorCode.CAPABILITY_DENIED, f"{owner.name} may not subscribe to {pattern}")
         subscription = InMemorySubscription(self, owner, pattern, principal_scope)
         with self._lock:
-            live = sum(1 for s in self._subscriptions if s.owner.source_id == owner.source_id)
-            if live >= BUS_TUNING.subscriptions_per_source:
+            if self._live.count_of(owner.source_id) >= BUS_TUNING.subscriptions_per_source:
                 raise BusError(IpcErrorCode.QUOTA, "too many subscriptions")
-            self._subscriptions.append(subscription)
+            self._live.add(subscription)
         return subscription
+
+    @property
+    def _subscriptions(self) -> list[InMemorySubscription]:
+        """Every live subscription, as a list (what diagnostics and tests look at)."""
+        with self._lock:
+            return self._live.all()
 
     def _remove_subscription(self, subscription: InMemorySubscription) -> None:
         with self._lock:
-            if subscription in self._subscriptions:
-                self._subscriptions.remove(subscription)
+            self._live.remove(subscription)
 
     def bind(self, binding: Binding) -> Binding:
         self.bind_all([binding])
@@ -331,7 +387,7 @@ class InMemoryBus:
             )
             self._bindings = kept + bindings
             self._bindings_for = {}
-            doomed = [] if replacing is None else [s for s in self._subscriptions if s.owner.source_id == replacing]
+            doomed = [] if replacing is None else self._live.of(replacing)
         for subscription in doomed:
             subscription.close()
 

@@ -6,6 +6,7 @@ fails when these drift from them.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationInfo, field_validator, model_validator
@@ -153,6 +154,13 @@ class ReadRequest(WireModel):
     @classmethod
     def _clean(cls, value: str) -> str:
         return check_segment(value, "correlation_id")
+
+
+def read_request(uri: str, correlation_id: str) -> tuple[str, dict[str, str]]:
+    """`ReadRequest(uri=uri, correlation_id=correlation_id).to_json()`, and its JSON value, made
+    without the model: the broker makes one per read, for a URI it routed and an id of its own."""
+    value = {"uri": uri, "correlation_id": check_segment(correlation_id, "correlation_id")}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False), value
 
 
 class ReadResponse(WireModel):

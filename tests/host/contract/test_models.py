@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
 from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceReply
-from astrid.host.contract.resource import BlobChunk, TextChunk
+from astrid.host.contract.resource import BlobChunk, TextChunk, read_request
 from astrid.host.limits import Limits
 
 GOOD = {
@@ -113,6 +113,18 @@ def test_correlation_and_request_ids_must_be_clean_segments() -> None:
     assert "correlation_id" in rejection(ReadRequest, {"uri": "a://b", "correlation_id": "a.b"})
     assert "req_id" in rejection(ListResourcesRequest, {"req_id": "x*"})
     assert ReadRequest.model_validate_json('{"uri":"a://b","correlation_id":"c0ffee"}').correlation_id == "c0ffee"
+
+
+@given(st.text(max_size=80), st.from_regex(r"[a-z0-9_-]{1,40}", fullmatch=True))
+def test_the_brokers_read_request_is_the_models_to_the_byte(uri, correlation_id) -> None:
+    text, value = read_request(uri, correlation_id)
+    assert text == ReadRequest(uri=uri, correlation_id=correlation_id).to_json()
+    assert value == json.loads(text)
+
+
+def test_a_read_request_refuses_a_correlation_id_that_is_not_one_segment() -> None:
+    with pytest.raises(ValueError, match="correlation_id"):
+        read_request("a://b", "a.b")
 
 
 def test_front_door_reply_serialises_chunks_with_their_tag() -> None:
