@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from astrid.capsules import CAPSULES_DIR
 from astrid.host.broker.broker import Broker
 from astrid.host.bus import Message, Principal
-from astrid.host.contract.topics import BROKER, DESCRIBE_REPLIES, DESCRIBE_TOPIC
+from astrid.host.contract.topics import BROKER, DESCRIBE_REPLIES, DESCRIBE_TOPIC, TEMPLATES_REPLIES
 from astrid.host.kernel.kernel import Kernel, KernelConfig
-from tests.support.capsules import Built
+from tests.support.capsules import Built, build_clean
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +30,12 @@ def kernels() -> Iterator[list[Kernel]]:
     yield made
     for kernel in made:
         kernel.close()
+
+
+@pytest.fixture(scope="module")
+def built_files(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The bundled `files` capsule: its templates are static (a build-cache hit after the first build)."""
+    return build_clean(CAPSULES_DIR / "files", tmp_path_factory.mktemp("files") / "files")
 
 
 def start(kernels: list[Kernel], *folders: Path) -> Kernel:
@@ -71,6 +78,19 @@ def test_a_broker_beside_the_kernel_lists_what_one_on_the_bus_lists_with_no_stat
         assert templates[0].templates == templates[1].templates and templates[0].owners == templates[1].owners
     assert direct.stats.describe_rounds == len(PRINCIPALS)
     assert kernel.sandboxes.health("introspect").calls == 0  # never called for a describe
+
+
+def test_static_templates_are_taken_as_static_describes_are(kernels, built_files: Built):
+    kernel = start(kernels, built_files.folder)
+    [capsule] = kernel.loaded()
+    assert kernel.static_directory.replies("templates")
+    direct, over_the_bus = beside(kernel), Broker(kernel.bus).start()
+    for principal in PRINCIPALS:
+        heard = replies_heard(kernel, TEMPLATES_REPLIES, lambda p=principal: direct.template_snapshot(p))
+        assert heard == set()
+        took, listed = direct.template_snapshot(principal), over_the_bus.template_snapshot(principal)
+        assert took.templates == listed.templates and took.templates
+        assert took.owners == listed.owners == {t.uri_template: capsule.source_id for t in took.templates}
 
 
 def test_a_request_from_anyone_else_is_still_answered_on_the_bus(kernels, built_introspect: Built):
