@@ -13,19 +13,31 @@ import sys
 from astrid.host.toolpaths import tool_path
 
 
-def test_a_stdio_server_without_a_bus_loads_neither_nats_nor_the_signature_library(tmp_path) -> None:
+def stdio_start(tmp_path, *python_args: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` that runs `astrid mcp serve` on an empty capsule home, its input ended at once
+    (the server starts, then exits); it must exit 0."""
     home = tmp_path / "home"
     home.mkdir()
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", tool_path("astrid"), "mcp", "serve", "--principal", "alice"],
-        input="",  # end of input at once: the server starts, then exits
+        [sys.executable, *python_args],
+        input="",
         capture_output=True,
         text=True,
         env={**os.environ, "ASTRID_CAPSULE_HOME": str(home)},
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return done
+
+
+def imported_at_start(tmp_path) -> set[str]:
+    """Every module a real stdio start imports (`-X importtime`)."""
+    done = stdio_start(tmp_path, "-X", "importtime", tool_path("astrid"), "mcp", "serve", "--principal", "alice")
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_stdio_server_without_a_bus_loads_neither_nats_nor_the_signature_library(tmp_path) -> None:
+    imported = imported_at_start(tmp_path)
     assert "astrid.host.mcp.server" in imported  # the measure works: the server itself was imported
     assert not {name for name in imported if name.startswith(("astrid.host.bus.nats", "nats", "securesystemslib"))}
 
@@ -58,18 +70,7 @@ LAZY = {
 
 
 def test_a_stdio_start_loads_no_module_it_does_not_use(tmp_path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", tool_path("astrid"), "mcp", "serve", "--principal", "alice"],
-        input="",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ASTRID_CAPSULE_HOME": str(home)},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    imported = imported_at_start(tmp_path)
     assert "astrid.cli.mcp_cmd" in imported  # the measure works: the command's module was imported
     assert sorted(LAZY & imported) == []
 
@@ -102,17 +103,7 @@ print(json.dumps(seen))
 
 
 def test_a_stdio_start_runs_no_cycle_collection_and_serves_with_what_it_made_frozen(tmp_path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", QUIET_START_PROBE],
-        input="",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ASTRID_CAPSULE_HOME": str(home)},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = stdio_start(tmp_path, "-c", QUIET_START_PROBE)
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["collector_on_during_start_up"] is False
     assert seen["collector_on_when_serving"] is True

@@ -7,7 +7,6 @@ Real components, built through the build cache (tests/support/capsules.py).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,12 @@ from astrid.capsules import CAPSULES_DIR
 from astrid.host.broker.broker import Broker
 from astrid.host.bus import Message, Principal
 from astrid.host.contract.topics import BROKER, DESCRIBE_REPLIES, DESCRIBE_TOPIC, TEMPLATES_REPLIES
-from astrid.host.kernel.kernel import Kernel, KernelConfig
+from astrid.host.kernel.kernel import Kernel
 from tests.support.capsules import Built, build_clean
 
 pytestmark = pytest.mark.slow
 
 PRINCIPALS = [Principal.verified(name) for name in ("alice", "bob", "carol")]
-
-
-@pytest.fixture
-def kernels() -> Iterator[list[Kernel]]:
-    made: list[Kernel] = []
-    yield made
-    for kernel in made:
-        kernel.close()
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +29,10 @@ def built_files(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build_clean(CAPSULES_DIR / "files", tmp_path_factory.mktemp("files") / "files")
 
 
-def start(kernels: list[Kernel], *folders: Path) -> Kernel:
-    kernel = Kernel(KernelConfig(capsule_paths=list(folders)))
-    assert all(r.ok for r in kernel.start())
-    kernels.append(kernel)
+def start(kernel_factory, *folders: Path) -> Kernel:
+    """A kernel on `folders` (closed after the test), every capsule loaded."""
+    kernel = kernel_factory(list(folders))
+    assert all(r.ok for r in kernel.load_report), kernel.load_report
     return kernel
 
 
@@ -60,11 +51,11 @@ def replies_heard(kernel: Kernel, pattern: str, during) -> set[str]:
 
 
 def test_a_broker_beside_the_kernel_lists_what_one_on_the_bus_lists_with_no_static_reply_message(
-    kernels, built_introspect: Built, built_templated: Built, built_probe: Built, built_docs: Built
+    kernel_factory, built_introspect: Built, built_templated: Built, built_probe: Built, built_docs: Built
 ):
     # introspect and templated describe statically; probe (`visible`) and docs (a lister) are called
     folders = (built_introspect.folder, built_templated.folder, built_probe.folder, built_docs.folder)
-    kernel = start(kernels, *folders)
+    kernel = start(kernel_factory, *folders)
     ids = {capsule.name: capsule.source_id for capsule in kernel.loaded()}
     direct, over_the_bus = beside(kernel), Broker(kernel.bus).start()
     for principal in PRINCIPALS:
@@ -80,8 +71,8 @@ def test_a_broker_beside_the_kernel_lists_what_one_on_the_bus_lists_with_no_stat
     assert kernel.sandboxes.health("introspect").calls == 0  # never called for a describe
 
 
-def test_static_templates_are_taken_as_static_describes_are(kernels, built_files: Built):
-    kernel = start(kernels, built_files.folder)
+def test_static_templates_are_taken_as_static_describes_are(kernel_factory, built_files: Built):
+    kernel = start(kernel_factory, built_files.folder)
     [capsule] = kernel.loaded()
     assert kernel.static_directory.replies("templates")
     direct, over_the_bus = beside(kernel), Broker(kernel.bus).start()
@@ -93,8 +84,8 @@ def test_static_templates_are_taken_as_static_describes_are(kernels, built_files
         assert took.owners == listed.owners == {t.uri_template: capsule.source_id for t in took.templates}
 
 
-def test_a_request_from_anyone_else_is_still_answered_on_the_bus(kernels, built_introspect: Built):
-    kernel = start(kernels, built_introspect.folder)
+def test_a_request_from_anyone_else_is_still_answered_on_the_bus(kernel_factory, built_introspect: Built):
+    kernel = start(kernel_factory, built_introspect.folder)
     [capsule] = kernel.loaded()
     direct = beside(kernel)
     other = BROKER.participant()  # another host's broker, a test: not reading the directory
@@ -109,8 +100,8 @@ def test_a_request_from_anyone_else_is_still_answered_on_the_bus(kernels, built_
     )
 
 
-def test_nobody_but_a_verified_principal_gets_a_static_reply(kernels, built_introspect: Built):
-    kernel = start(kernels, built_introspect.folder)
+def test_nobody_but_a_verified_principal_gets_a_static_reply(kernel_factory, built_introspect: Built):
+    kernel = start(kernel_factory, built_introspect.folder)
     direct = beside(kernel)
     for principal in (Principal.claimed("alice"), Principal.system(), Principal.verified("")):
         assert direct.snapshot(principal).resources == ()
@@ -119,11 +110,11 @@ def test_nobody_but_a_verified_principal_gets_a_static_reply(kernels, built_intr
 
 
 def test_the_directory_follows_the_capsule_set(
-    kernels, tmp_path: Path, built_introspect: Built, built_templated: Built
+    kernel_factory, tmp_path: Path, built_introspect: Built, built_templated: Built
 ):
     introspect = Path(shutil.copytree(built_introspect.folder, tmp_path / "capsules" / "introspect"))
     shutil.copytree(built_templated.folder, tmp_path / "capsules" / "templated")
-    kernel = start(kernels, tmp_path / "capsules")
+    kernel = start(kernel_factory, tmp_path / "capsules")
     ids = {capsule.name: capsule.source_id for capsule in kernel.loaded()}
     direct = beside(kernel)
     assert set(direct.snapshot(PRINCIPALS[0]).owners.values()) == set(ids.values())
