@@ -387,7 +387,7 @@ class Broker:
         if not replies:
             return NO_LOCAL
         kept = self._local.get(listing.kind)
-        if kept is None or kept.replies is not replies or kept.limits is not self.limits:
+        if kept is None or kept.replies is not replies:  # checked against this broker's limits, fixed
             kept = self._local[listing.kind] = accept_local(listing.fan_out, replies, self.limits, self.names)
         return kept
 

@@ -37,7 +37,7 @@ from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import without_bad_meta
 from astrid.host.contract.local_replies import LocalReply
-from astrid.host.limits import DEFAULT_LIMITS, Limits
+from astrid.host.limits import Limits
 from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
@@ -130,13 +130,12 @@ class LocalEntries(Generic[Item]):
     what every round takes from them before the URI authority, for whichever principal it runs."""
 
     replies: tuple[LocalReply, ...]  # what they were made from (kept while the host's tuple is the same)
-    limits: Limits
     by_source: tuple[tuple[str, dict[str, Item]], ...] = ()  # each accepted reply's entries by key
     dropped_replies: int = 0
     dropped_entries: int = 0
 
 
-NO_LOCAL: LocalEntries[Any] = LocalEntries((), DEFAULT_LIMITS)
+NO_LOCAL: LocalEntries[Any] = LocalEntries(())
 
 
 def accept_local(
@@ -153,7 +152,7 @@ def accept_local(
             log.warning("%s reply from %s dropped: %s", kind.round, names.label(reply.source_id), checked)
             continue
         by_source.append((reply.source_id, _keyed(kind, reply.source_id, checked, merged, names)))
-    return LocalEntries(replies, limits, tuple(by_source), merged.dropped_replies, merged.dropped_entries)
+    return LocalEntries(replies, tuple(by_source), merged.dropped_replies, merged.dropped_entries)
 
 
 def merge(
