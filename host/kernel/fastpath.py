@@ -8,7 +8,8 @@ per host import) and converts `list<u8>` byte by byte. This module:
   again;
 - keeps each export function's type on its `Func` (a Func lives in one Store);
 - lowers `list<u8>` from bytes in one pass, in place, instead of byte by byte;
-- lowers a string (and a record's field names) with one copy, not two;
+- lowers a string (and a record's field names) with one copy, not two, in one C call;
+- keeps the GIL across the C API's memory helpers that conversions call (`KEEP_GIL`);
 - caches a host import's parameter and result types per (import, component),
   so a component's types are computed once. Keying by component keeps it safe
   even for a component that imports a host function with another signature;
@@ -33,7 +34,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from wasmtime import StoreContext
+from wasmtime import StoreContext, _bindings
 from wasmtime import _ffi as ffi
 from wasmtime.component import _func, _linker
 from wasmtime.component import _types as T
@@ -93,15 +94,22 @@ def _list_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
     return None
 
 
+# `wasm_byte_vec_new` declared to take the bytes object's own buffer (`c_char_p`): one C call
+# copies it, where the stock declaration needs a cast or a staging array first. It keeps the
+# GIL (a malloc and a copy): a release would wake a thread waiting for it, for nothing.
+_byte_vec_from = ctypes.PYFUNCTYPE(None, ctypes.POINTER(ffi.wasm_byte_vec_t), ctypes.c_size_t, ctypes.c_char_p)(
+    ("wasm_byte_vec_new", ffi.dll)
+)
+
+
 def _str_to_capi(s: str) -> ffi.wasm_byte_vec_t:
-    """A string as a wasm byte vector, copied once (stock code stages it in a ctypes array first)."""
+    """A string as a wasm byte vector, copied once, in one C call (stock code stages it in a ctypes
+    array first)."""
     if not isinstance(s, str):
         raise TypeError("expected a string")
     data = s.encode("utf-8")
     vec = ffi.wasm_byte_vec_t()
-    ffi.wasm_byte_vec_new_uninitialized(ctypes.byref(vec), len(data))
-    if data:  # an empty vector may have no buffer at all
-        ctypes.memmove(vec.data, data, len(data))
+    _byte_vec_from(ctypes.byref(vec), len(data), data)
     return vec
 
 
@@ -145,6 +153,33 @@ def _cached_signature(idx: int, store: StoreContext, ty_raw: Any) -> tuple[list[
 
 _fast_func_impl = wasmtime_patches.host_trampoline(_cached_signature)
 
+# The C API's pure memory helpers that a call's conversions use (a value, a vector, a record
+# made or freed: no wasm runs, nothing calls back into Python). ctypes releases the GIL around
+# every foreign call, and a release signals a thread waiting for the GIL (the event loop, while
+# a capsule's call converts its values), which wakes for nothing: these keep it instead.
+KEEP_GIL = (
+    "wasm_byte_vec_new_uninitialized",
+    "wasm_byte_vec_delete",
+    "wasmtime_component_val_new",
+    "wasmtime_component_val_delete",
+    "wasmtime_component_vallist_new_uninit",
+    "wasmtime_component_vallist_delete",
+    "wasmtime_component_valrecord_new_uninit",
+    "wasmtime_component_valrecord_delete",
+    "wasmtime_component_valtuple_new_uninit",
+    "wasmtime_component_valtuple_delete",
+    "wasmtime_context_set_epoch_deadline",
+)
+
+
+def _keep_gil(name: str) -> None:
+    """Rebind `_bindings`' foreign function `name` to one with the same signature that keeps the GIL."""
+    slot = "_" + name
+    stock = getattr(_bindings, slot)
+    keeping = ctypes.PYFUNCTYPE(stock.restype, *stock.argtypes)((name, _bindings.dll))
+    setattr(_bindings, slot, keeping)
+
+
 _ORIGINAL_TAGGED = T.VariantLikeType._tagged
 _ORIGINAL_FUNC_TYPE = _func.Func.type
 _ORIGINAL_LIST_TO_C = T.ListType.convert_to_c
@@ -183,6 +218,8 @@ def install(component_of: Callable[[Any], Any] | None = None) -> bool:
         setattr(_func.Func, "type", _func_type)  # noqa: B010
         setattr(T.ListType, "convert_to_c", _list_to_c)  # noqa: B010
         ffi.str_to_capi = _str_to_capi  # the component types call it through the module
+        for name in KEEP_GIL:
+            _keep_gil(name)
         _linker.func_impl = _fast_func_impl  # picked up by LinkerInstance.add_func
         _installed = True
         return True

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from astrid.host.bus import Principal
 from astrid.host.contract import DescribeResponse, ReadResponse
+from astrid.host.kernel.abi import HostAbi
 from tests.support.busclient import ALICE, BOB, Client
 
 pytestmark = pytest.mark.slow
@@ -35,6 +38,36 @@ def test_a_working_resource_reads_config(client):
     reply = ReadResponse.model_validate(client.read(BASE + "ok"))
     assert reply.contents[0].text == "Ahoy, alice; answer=42; missing=None"
     assert reply.contents[0].mime_type == "text/plain"
+
+
+def test_config_is_asked_once_per_sandbox_and_a_changed_manifest_is_seen(
+    kernel_for, built_faulty, tmp_path, monkeypatch
+):
+    # The SDK keeps what get-config answered: a sandbox's config cannot change while it lives
+    # (a changed Capsule.toml replaces the capsule and its sandboxes).
+    asked: list[str] = []
+    stock = HostAbi._get_config
+
+    def counted(self, store, key):
+        asked.append(key)
+        return stock(self, store, key)
+
+    monkeypatch.setattr(HostAbi, "_get_config", counted)  # before the kernel binds its imports
+    folder = tmp_path / "faulty"
+    shutil.copytree(built_faulty.folder, folder)
+    kernel = kernel_for(folder)
+    client = Client(kernel)
+    for _ in range(3):
+        assert ReadResponse.model_validate(client.read(BASE + "ok")).contents[0].text.startswith("Ahoy, alice;")
+    assert sorted(asked) == ["answer", "greeting", "missing"]  # the first read asked, once per key
+    ReadResponse.model_validate(client.read(BASE + "ok", BOB))
+    assert len(asked) == 6  # bob's own sandbox asks for itself
+
+    manifest = folder / "Capsule.toml"
+    manifest.write_text(manifest.read_text().replace('greeting = "Ahoy"', 'greeting = "Hello"'))
+    kernel.reload()
+    reply = ReadResponse.model_validate(client.read(BASE + "ok"))
+    assert reply.contents[0].text == "Hello, alice; answer=42; missing=None"
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from wit_world.imports import astrid_sys_host as sys_host
 from astrid_sdk._errors import HostError, capability_error
 
 MAX_LOG_CHARS = 4096  # what the host keeps of one log message
+MAX_CONFIG_KEYS_KEPT = 256  # config values kept per sandbox (a capsule asking for made-up keys grows nothing)
 LEVELS = {
     "trace": sys_host.LogLevel.TRACE,
     "debug": sys_host.LogLevel.DEBUG,
@@ -93,6 +94,11 @@ class WitSubscription:
 class WitHost:
     """The real host, through the generated bindings."""
 
+    def __init__(self) -> None:
+        # A capsule's [config] cannot change while its sandbox lives (a changed Capsule.toml
+        # replaces the capsule and its sandboxes), so each key is asked of the host once.
+        self._config: dict[str, str | None] = {}
+
     def caller(self) -> Caller | None:
         try:
             context = sys_host.get_caller()
@@ -124,9 +130,16 @@ class WitHost:
 
     def config(self, key: str) -> str | None:
         try:
-            return sys_host.get_config(key)
+            return self._config[key]
+        except KeyError:
+            pass
+        try:
+            value = sys_host.get_config(key)
         except Err:
-            return None
+            value = None
+        if len(self._config) < MAX_CONFIG_KEYS_KEPT:
+            self._config[key] = value
+        return value
 
     def clock_ms(self) -> int:
         return sys_host.clock_ms()

@@ -61,6 +61,14 @@ def test_hook_payload_bytes_arrive_intact(pyprobe_kernel) -> None:
     assert body["request"] == request
 
 
+def test_strings_the_host_lowers_arrive_intact(pyprobe_kernel) -> None:
+    # The fast path lowers each string in one C call: get-caller's record (its field names and
+    # values) must reach the guest unchanged, multi-byte characters and long values included.
+    name = "zoë ✓ " + "n" * 300
+    body = json.loads(call(pyprobe_kernel, "whoami", Principal.verified(name)).payload)
+    assert (body["principal"], body["attribution"]) == (name, "verified")
+
+
 def test_claimed_principal_is_visible_as_claimed(pyprobe_kernel) -> None:
     body = json.loads(call(pyprobe_kernel, "whoami", Principal.claimed("mallory")).payload)
     assert (body["principal"], body["attribution"]) == ("mallory", "claimed")

@@ -119,6 +119,22 @@ def test_the_wasmtime_fast_path_is_active() -> None:
     assert _linker.func_impl is fastpath._fast_func_impl
 
 
+def test_the_conversions_memory_helpers_keep_the_gil_and_the_guest_runs_without_it() -> None:
+    # A release wakes a thread waiting for the GIL (the event loop) for nothing: the value and
+    # vector helpers keep it; the call into the guest must still release it.
+    import ctypes
+
+    from wasmtime import _bindings
+
+    from astrid.host.kernel import fastpath
+
+    keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]  # set by PYFUNCTYPE: ctypes holds the GIL
+    assert fastpath.install()
+    for name in fastpath.KEEP_GIL:
+        assert getattr(_bindings, "_" + name)._flags_ & keeps_gil, name
+    assert not _bindings._wasmtime_component_func_call._flags_ & keeps_gil
+
+
 def test_payloads_reach_the_guest_byte_for_byte(make_probe, kernel_factory) -> None:
     # The fast path writes a payload's bytes straight into wasmtime's value cells:
     # every byte value, empty and multi-page payloads come back unchanged.
