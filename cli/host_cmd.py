@@ -16,7 +16,14 @@ import click
 from astrid.cli import output
 from astrid.cli.errors import UserError
 from astrid.cli.main import cli
-from astrid.cli.mcp_cmd import INTERRUPTED_EXIT, BusOptions, bus_options, capsules_option, resolve_capsule_paths
+from astrid.cli.mcp_cmd import (
+    INTERRUPTED_EXIT,
+    BusOptions,
+    bus_options,
+    capsule_lines,
+    capsules_option,
+    resolve_capsule_paths,
+)
 from astrid.cli.observe import Observability, observability_options
 from astrid.cli.start_up import quiet_start_up, serving
 
@@ -56,7 +63,7 @@ def host_run(
     Traces (OTEL_* or --otel; a request's trace continues here from the MCP server's), metrics
     (--metrics) and JSON log lines (--log-format json) as for `astrid mcp serve` (docs/operations.md).
     """
-    from astrid.host.runtime import RuntimeConfig, make_kernel, watch_kernel
+    from astrid.host.runtime import CapsuleSummary, RuntimeConfig, make_kernel, watch_kernel
     from astrid.host.tuning import WATCH_TUNING
     from astrid.host.watch import MountWatcher
 
@@ -86,12 +93,15 @@ def host_run(
             kernel.read_folders, lambda _users: None, WATCH_TUNING.interval_s, on_files=kernel.files_changed
         )
         watcher.start()
-        loaded = [result.name for result in report if result.ok]
+        loaded = [CapsuleSummary.of(result) for result in report if result.ok]
         failed = [result for result in report if not result.ok]
         for result in failed:
             output.say(f"capsule {result.folder} not loaded: {result.error}", level="error")
         shown = bus_url.split("@")[-1]
-        output.say(f"hosting {len(loaded)} capsules ({', '.join(loaded) or 'none'}) on {shown}")
+        names = ", ".join(capsule.name for capsule in loaded) or "none"
+        output.say(f"hosting {len(loaded)} capsules ({names}) on {shown}")
+        for line in capsule_lines(loaded):
+            output.say(line)
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
         serving()
         _wait_for_a_stop_signal()

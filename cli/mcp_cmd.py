@@ -517,7 +517,6 @@ def announce(runtime, watch: bool, hint: str) -> None:
 
 def _announce(runtime, watch: bool, hint: str) -> None:
     from astrid.host.errors import BackendNotReady
-    from astrid.host.kernel.loader import stale_component
 
     try:
         runtime.wait_ready(3600)
@@ -540,17 +539,26 @@ def _announce(runtime, watch: bool, hint: str) -> None:
     if runtime.closed:  # the client left while we were loading
         return
     _say(ready)
-    for capsule in status.capsules:
-        _say("  " + capsule.identity_line())
-    for capsule in status.capsules:
-        stale = stale_component(capsule.folder)
-        if stale is not None:  # serving the last build, not the code in the folder
-            _say(f"warning: {capsule.name}: {stale}")
+    for line in capsule_lines(status.capsules):
+        _say(line)
     _say(hint)
     runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
     if watch and runtime.config.capsule_paths:
         runtime.watch_folders()
         _say("watching the capsule folders; a rebuilt capsule is reloaded")
+
+
+def capsule_lines(capsules) -> list[str]:
+    """A server's banner lines for its loaded capsules (`CapsuleSummary`s): who each one is, then a
+    warning for each that serves an older build than the code in its folder."""
+    from astrid.host.kernel.loader import stale_component
+
+    lines = ["  " + capsule.identity_line() for capsule in capsules]
+    for capsule in capsules:
+        stale = stale_component(capsule.folder)
+        if stale is not None:  # serving the last build, not the code in the folder
+            lines.append(f"warning: {capsule.name}: {stale}")
+    return lines
 
 
 # -- config and install: a client's entry ----------------------------------------------------

@@ -95,6 +95,17 @@ class CapsuleSummary:
     provenance: Provenance | None = None  # None: a stand-in kernel said nothing
     digest: str | None = None  # sha256:<hex> of the component
 
+    @classmethod
+    def of(cls, result) -> CapsuleSummary:
+        """The summary of a kernel's load result that says the capsule loaded."""
+        return cls(
+            result.name,
+            result.source_id,
+            result.folder,
+            getattr(result, "provenance", None),
+            getattr(result, "digest", None),
+        )
+
     def identity_line(self) -> str:
         """`notes: publisher acme (key …), sha256:0123456789ab, namespaces astrid://notes/`."""
         who = self.provenance.label() if self.provenance is not None else "local, unsigned"
@@ -282,15 +293,7 @@ class Runtime:
         for result in report or ():
             if getattr(result, "ok", False):
                 self._names[result.source_id] = result.name
-                status.capsules.append(
-                    CapsuleSummary(
-                        result.name,
-                        result.source_id,
-                        result.folder,
-                        getattr(result, "provenance", None),
-                        getattr(result, "digest", None),
-                    )
-                )
+                status.capsules.append(CapsuleSummary.of(result))
             else:
                 status.failures.append(LoadFailure(result.folder, getattr(result, "error", None) or "failed"))
         self.status = status

@@ -8,6 +8,7 @@ apart across processes.
 
 from __future__ import annotations
 
+import re
 import time
 
 import anyio
@@ -39,6 +40,10 @@ async def test_two_hosts_one_server_and_a_host_that_dies_and_comes_back(
                     await eventually_listed(served, {DOCS_URI, PROBE_URI})
                     assert (await served.text(PROBE_URI)) == "the private note of alice"
                     assert "astrid" in (await served.text(DOCS_URI)).lower()
+                    # each host's banner says who its capsules are, as `astrid mcp serve` does
+                    banner = hosts_log.read_text()
+                    for name in ("docs", "probe"):
+                        assert re.search(rf"^astrid:   {name}: .*sha256:[0-9a-f]{{12}}", banner, re.MULTILINE), banner
 
                     served.rearm()
                     before = len(changed_notifications(served))
