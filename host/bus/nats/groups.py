@@ -30,22 +30,36 @@ class QueueGroups:
             wanted = set()  # leaving: out of every group, never back in
         client = self._connection.client
         for group in sorted(wanted - self._subscriptions.keys()):
-            subscriptions = []
-            for pattern in self.patterns:
-
-                async def through_group(msg: Any, group: str = group) -> None:
-                    await self._on_message(msg, group)
-
-                subscriptions.append(await client.subscribe(subject_for(pattern), queue=group, cb=through_group))
-            self._subscriptions[group] = subscriptions
+            self._subscriptions[group] = await self._join(client, group)
         gone = set(self._subscriptions) - wanted
         # the group set changes before the old subscriptions go: a request in between may reach a
         # capsule twice (the broker keeps one reply), never not at all
         self.grouped = frozenset(wanted)
         for group in gone:
-            for subscription in self._subscriptions.pop(group):
-                try:
-                    await subscription.unsubscribe()
-                except Exception:
-                    pass
+            await _leave(self._subscriptions.pop(group))
         await client.flush()
+
+    async def _join(self, client: Any, group: str) -> list[Any]:
+        """The group's subscriptions, one per pattern; none left behind when one fails (a
+        subscription nobody records would take its share of the group's requests for good)."""
+        subscriptions: list[Any] = []
+
+        async def through_group(msg: Any) -> None:
+            await self._on_message(msg, group)
+
+        try:
+            for pattern in self.patterns:
+                subscriptions.append(await client.subscribe(subject_for(pattern), queue=group, cb=through_group))
+        except BaseException:
+            await _leave(subscriptions)
+            raise
+        return subscriptions
+
+
+async def _leave(subscriptions: list[Any]) -> None:
+    """Unsubscribe each (one that fails is gone with the connection anyway)."""
+    for subscription in subscriptions:
+        try:
+            await subscription.unsubscribe()
+        except Exception:
+            pass

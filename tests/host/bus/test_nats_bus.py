@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -10,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nats.errors import BadSubjectError
 
 from astrid.host.bus import Binding, Dispatcher, Principal, host_participant
 from astrid.host.bus.nats import NatsBus, reports, subject_for
+from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.groups import QueueGroups
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
@@ -277,6 +280,36 @@ def test_a_host_keeps_beating_when_its_queue_groups_cannot_be_updated(server, mo
     finally:
         host.close()
         mcp.close()
+
+
+def test_a_queue_group_that_fails_to_join_leaves_no_subscription_behind(server) -> None:
+    """A group joined halfway (its second subscription refused) kept the first, unrecorded: it
+    took its share of the group's requests for good, for a group this host was not in."""
+    heard: list[str] = []
+
+    async def on_message(msg, group: str) -> None:
+        heard.append(group)
+
+    async def unused(msg) -> None:
+        pass
+
+    connection = Connection(server.url(), None)
+    connection.open((), unused, 5)  # no subjects of its own
+    try:
+        groups = QueueGroups(connection, ("test.work.*", ""), on_message)  # "": nats-py refuses the subject
+        with pytest.raises(BadSubjectError):
+            connection.call(groups.sync({"capsule-src"}), 5)
+        assert groups.grouped == frozenset()
+
+        async def request() -> None:
+            await connection.client.publish("test.work.one", b"{}")
+            await connection.client.flush()
+
+        connection.call(request(), 5)
+        time.sleep(0.3)
+        assert heard == [], "a subscription of the failed join still takes the group's requests"
+    finally:
+        connection.close(lambda: asyncio.sleep(0))
 
 
 def test_an_unreachable_server_or_a_bad_url_is_one_clear_error(tmp_path: Path) -> None:
