@@ -147,11 +147,9 @@ def accept_local(
     by_source = []
     for reply in replies:
         checked = CHECKED_REPLIES.checked_value(kind, reply.payload, reply.data, limits)
-        if isinstance(checked, str):
-            merged.dropped_replies += 1
-            log.warning("%s reply from %s dropped: %s", kind.round, names.label(reply.source_id), checked)
-            continue
-        by_source.append((reply.source_id, _keyed(kind, reply.source_id, checked, merged, names)))
+        entries = _keyed(kind, reply.source_id, checked, merged, names)
+        if entries is not None:
+            by_source.append((reply.source_id, entries))
     return LocalEntries(replies, tuple(by_source), merged.dropped_replies, merged.dropped_entries)
 
 
@@ -173,9 +171,7 @@ def merge(
         merged.dropped_replies, merged.dropped_entries = local.dropped_replies, local.dropped_entries
         for source, entries in local.by_source:  # each as that capsule's reply, attributed to `principal`
             seen.add(source)
-            if authority is not OPEN:
-                entries = _authorized(kind, principal, source, entries, merged, authority, names)
-            per_source[source] = entries
+            per_source[source] = _authorized(kind, principal, source, entries, merged, authority, names)
             merged.replied.add(source)
     for message in messages:
         accepted = _accepted(kind, principal, message, limits, merged, seen, authority, names)
@@ -218,22 +214,23 @@ def _accepted(
         )
         return None
     seen.add(source)
-    checked = CHECKED_REPLIES.checked(kind, message, limits)
-    if isinstance(checked, str):
-        merged.dropped_replies += 1
-        log.warning("%s reply from %s dropped: %s", kind.round, names.label(source), checked)
-        return None
-    return _authorized(kind, principal, source, _keyed(kind, source, checked, merged, names), merged, authority, names)
+    entries = _keyed(kind, source, CHECKED_REPLIES.checked(kind, message, limits), merged, names)
+    return None if entries is None else _authorized(kind, principal, source, entries, merged, authority, names)
 
 
 def _keyed(
     kind: FanOut[Item],
     source: str,
-    checked: tuple[CheckedEntry[Item], ...],
+    checked: tuple[CheckedEntry[Item], ...] | str,
     merged: Merged[Item],
     names: CapsuleNames,
-) -> dict[str, Item]:
-    """A checked reply's valid entries by key, the first of any key it names twice."""
+) -> dict[str, Item] | None:
+    """A checked reply's valid entries by key, the first of any key it names twice; None when the
+    check refused the whole reply (`checked` is why)."""
+    if isinstance(checked, str):
+        merged.dropped_replies += 1
+        log.warning("%s reply from %s dropped: %s", kind.round, names.label(source), checked)
+        return None
     accepted: dict[str, Item] = {}
     for index, entry in enumerate(checked):
         if entry.meta_dropped is not None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import get_args
 
 from astrid.host.bus import Message
 from astrid.host.contract.local_replies import LocalKind, LocalReply
 
-KINDS: tuple[LocalKind, ...] = ("describe", "templates")
+KINDS: tuple[LocalKind, ...] = get_args(LocalKind)
 
 
 class StaticDirectory:
