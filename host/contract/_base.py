@@ -36,6 +36,13 @@ class WireModel(BaseModel):
         return json.dumps(self.to_wire(), separators=(",", ":"), ensure_ascii=False)
 
 
+class DeferredWireModel(WireModel):
+    """A `WireModel` whose validation schema is built at first use, not at import: for the models
+    a stdio start never needs (front doors, completion, events)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 class WitType:
     """Marks the WIT type of a field whose Python type is ambiguous (u32, f32)."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator
 
-from astrid.host.contract._base import WireModel, limits_of, utf8_len
+from astrid.host.contract._base import DeferredWireModel, WireModel, limits_of, utf8_len
 
 
 class CapsuleInfo(WireModel):
@@ -24,13 +24,11 @@ class CapsulesLoaded(WireModel):
     capsules: list[CapsuleInfo]
 
 
-class ResourceUpdated(WireModel):
+class ResourceUpdated(DeferredWireModel):
     """`updated`: the resource at `uri` changed for the message's principal (docs/contract/subscriptions.md §11).
 
     What a capsule publishes on `resource.v1.event.updated`, and what the
     broker hands on (`astrid.v1.resource_updated`) once it checked it."""
-
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
 
     uri: str
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from astrid.host.bus.topics import is_clean_segment
-from astrid.host.contract._base import WireModel
+from astrid.host.contract._base import DeferredWireModel
 from astrid.host.contract.resource import ResourceChunk, ResourceDefinition
 from astrid.host.contract.template import Argument, ResourceTemplate
 
@@ -26,9 +26,7 @@ class FailureCode(StrEnum):
     INTERNAL = "internal"
 
 
-class _Request(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class _Request(DeferredWireModel):
     req_id: str = Field(max_length=128)
 
     @field_validator("req_id")
@@ -50,19 +48,15 @@ class ReadResourceRequest(_Request):
     uri: str
 
 
-class FrontDoorFailure(WireModel):
+class FrontDoorFailure(DeferredWireModel):
     """The failure part of a front-door reply (data, not an exception)."""
-
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
 
     # Not strict: the code arrives as its JSON string and becomes the enum.
     code: FailureCode = Field(strict=False)
     message: str
 
 
-class ListResourcesReply(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class ListResourcesReply(DeferredWireModel):
     kind: Literal["resources.list"] = "resources.list"
     req_id: str
     resources: list[ResourceDefinition] = []
@@ -70,9 +64,7 @@ class ListResourcesReply(WireModel):
     error: FrontDoorFailure | None = None
 
 
-class ReadResourceReply(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class ReadResourceReply(DeferredWireModel):
     kind: Literal["resource.read"] = "resource.read"
     req_id: str
     uri: str
@@ -87,9 +79,7 @@ class ListTemplatesRequest(_Request):
     refresh: bool = False
 
 
-class ListTemplatesReply(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class ListTemplatesReply(DeferredWireModel):
     kind: Literal["resources.templates"] = "resources.templates"
     req_id: str
     templates: list[ResourceTemplate] = []
@@ -105,9 +95,7 @@ class CompletionRequest(_Request):
     context_arguments: list[Argument] = []
 
 
-class CompletionReply(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class CompletionReply(DeferredWireModel):
     kind: Literal["completion.complete"] = "completion.complete"
     req_id: str
     values: list[str] = []

@@ -7,9 +7,17 @@ fails when these drift from it. URI templates are checked by
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from astrid.host.contract._base import U32, WireModel, check_bytes, check_count, check_segment, limits_of
+from astrid.host.contract._base import (
+    U32,
+    DeferredWireModel,
+    WireModel,
+    check_bytes,
+    check_count,
+    check_segment,
+    limits_of,
+)
 from astrid.host.contract.resource import Annotations, BoundedFields, Icon
 from astrid.host.contract.uri_template import UriTemplate
 
@@ -45,16 +53,12 @@ class TemplatesResponse(WireModel):
         return check_count(value, limits_of(info).templates_per_describe, "templates in one reply")
 
 
-class Argument(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class Argument(DeferredWireModel):
     name: str
     value: str
 
 
-class CompleteRequest(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class CompleteRequest(DeferredWireModel):
     uri_template: str
     argument_name: str
     argument_value: str
@@ -67,9 +71,7 @@ class CompleteRequest(WireModel):
         return check_segment(value, "correlation_id")
 
 
-class CompleteResponse(WireModel):
-    model_config = ConfigDict(defer_build=True)  # schema built at first use: a stdio start never needs it
-
+class CompleteResponse(DeferredWireModel):
     values: list[str] = []
     total: U32 | None = None
     has_more: bool = False
