@@ -93,6 +93,9 @@ def host_run(
             kernel.read_folders, lambda _users: None, WATCH_TUNING.interval_s, on_files=kernel.files_changed
         )
         watcher.start()
+        # Before the banner: whoever waits for it (serve's --workers, a test, a supervisor) may stop
+        # us the moment it shows, and SIGTERM's default action would skip the stop in order.
+        stop_signal = _stop_signal_pipe()
         loaded = [CapsuleSummary.of(result) for result in report if result.ok]
         failed = [result for result in report if not result.ok]
         for result in failed:
@@ -104,7 +107,7 @@ def host_run(
             output.say(line)
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
         serving()
-        _wait_for_a_stop_signal()
+        os.read(stop_signal, 1)  # a signal interrupts the read, runs its handler, and the read then returns its byte
     finally:
         if watcher is not None:
             watcher.stop()
@@ -113,8 +116,9 @@ def host_run(
         observing.close()
 
 
-def _wait_for_a_stop_signal() -> None:
-    """Until SIGINT or SIGTERM; after it, a second one exits at once (a stop that hangs can be cut short).
+def _stop_signal_pipe() -> int:
+    """Handle SIGINT and SIGTERM from now on; returns the pipe end that gets a byte on the first one.
+    After it, a second one exits at once (a stop that hangs can be cut short).
 
     The handler only writes a byte to a pipe: a handler that takes a lock (`Event.set`) deadlocks
     when a second signal lands while the first still holds it, and the stop then never happens."""
@@ -136,7 +140,7 @@ def _wait_for_a_stop_signal() -> None:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, first)
-    os.read(woken, 1)  # a signal interrupts the read, runs `first`, and the read then returns its byte
+    return woken
 
 
 @host.command("nats-permissions")
