@@ -366,12 +366,13 @@ def _local_workers(count: int | None, capsule_dirs: tuple[Path, ...], bus: BusOp
 
     paths = resolve_capsule_paths(capsule_dirs)  # a wrong --capsules is an error before anything starts
     cluster = LocalCluster(count, capsule_dirs)
+    # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
+    # below stops the workers and nats-server in order, instead of leaving them to the kernel;
+    # set before they start, as one may be stopped the moment its workers say they host.
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
         cluster.start()
         _say(cluster.banner())
-        # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
-        # below stops the workers and nats-server in order, instead of leaving them to the kernel.
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
         joined = BusOptions(cluster.url("mcp"), None)
         joined.local_capsules = False  # the workers run them
         joined.before_join = cluster.wait_ready
