@@ -23,6 +23,8 @@ from astrid.cli.mcp_cmd import (
     capsule_lines,
     capsules_option,
     resolve_capsule_paths,
+    show_server_events,
+    watch_option,
 )
 from astrid.cli.observe import Observability, observability_options
 from astrid.cli.start_up import quiet_start_up, serving
@@ -37,6 +39,7 @@ def host() -> None:
 
 @host.command("run")
 @capsules_option
+@watch_option
 @bus_options
 @observability_options
 @click.option(
@@ -50,6 +53,7 @@ def host() -> None:
 @quiet_start_up
 def host_run(
     capsule_dirs: tuple[Path, ...],
+    watch: bool,
     bus_url: str | None,
     nats_creds: Path | None,
     otel: bool,
@@ -63,9 +67,17 @@ def host_run(
     Traces (OTEL_* or --otel; a request's trace continues here from the MCP server's), metrics
     (--metrics) and JSON log lines (--log-format json) as for `astrid mcp serve` (docs/operations.md).
     """
-    from astrid.host.runtime import CapsuleSummary, RuntimeConfig, make_kernel, watch_kernel
+    from astrid.host.runtime import (
+        CapsuleSummary,
+        RuntimeConfig,
+        Status,
+        capsule_folder_watcher,
+        make_kernel,
+        reloader,
+        watch_kernel,
+    )
     from astrid.host.tuning import WATCH_TUNING
-    from astrid.host.watch import MountWatcher
+    from astrid.host.watch import FolderWatcher, MountWatcher
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid-host")
     if bus_url is None:
@@ -84,7 +96,9 @@ def host_run(
         observing.close()
         raise
     forget_gauges = watch_kernel(kernel)
+    show_server_events()  # reloads, files changed: as `astrid mcp serve` says them
     watcher: MountWatcher | None = None
+    folders: FolderWatcher | None = None
     try:
         report = kernel.start()
         # A change to a file a resource read touched updates that resource for its subscribers
@@ -93,6 +107,11 @@ def host_run(
             kernel.read_folders, lambda _users: None, WATCH_TUNING.interval_s, on_files=kernel.files_changed
         )
         watcher.start()
+        if watch and config.capsule_paths:
+            # A rebuilt capsule has a new source-id: the host beats at once with it, and the MCP
+            # servers on the bus re-list (clients whose URIs changed get list_changed).
+            folders = capsule_folder_watcher(config, reloader(kernel, Status.of(report)), WATCH_TUNING.interval_s)
+            folders.start()
         # Before the banner: whoever waits for it (serve's --workers, a test, a supervisor) may stop
         # us the moment it shows, and SIGTERM's default action would skip the stop in order.
         stop_signal = _stop_signal_pipe()
@@ -105,12 +124,15 @@ def host_run(
         output.say(f"hosting {len(loaded)} capsules ({names}) on {shown}")
         for line in capsule_lines(loaded):
             output.say(line)
+        if folders is not None:
+            output.say("watching the capsule folders; a rebuilt capsule is reloaded")
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
         serving()
         os.read(stop_signal, 1)  # a signal interrupts the read, runs its handler, and the read then returns its byte
     finally:
-        if watcher is not None:
-            watcher.stop()
+        for stopping in (folders, watcher):
+            if stopping is not None:
+                stopping.stop()
         forget_gauges()
         kernel.close()
         observing.close()

@@ -59,6 +59,12 @@ def capsules_option(function: Callable) -> Callable:
     )(function)
 
 
+def watch_option(function: Callable) -> Callable:
+    return click.option(
+        "--watch/--no-watch", default=True, show_default=True, help="Reload capsules when their folders change."
+    )(function)
+
+
 def principal_option(function: Callable) -> Callable:
     return click.option(
         "--principal",
@@ -199,7 +205,7 @@ def _say(message: str) -> None:
 @mcp.command("serve", cls=ConfigFileCommand)
 @capsules_option
 @principal_option
-@click.option("--watch/--no-watch", default=True, show_default=True, help="Reload capsules when their folders change.")
+@watch_option
 @click.option(
     "--http",
     "http_address",
@@ -326,7 +332,7 @@ def mcp_serve(
         unused = [k for k in HTTP_ONLY if config and config.values.get(KEYS[k].param) and from_file(KEYS[k].param)]
         if unused and config is not None:
             _say(f"{config.path}: {', '.join(unused)}: used with --http only (this serves stdio)")
-        with _local_workers(workers, capsule_dirs, bus) as joined:
+        with _local_workers(workers, capsule_dirs, bus, watch) as joined:
             _serve_stdio(capsule_dirs, principal, watch, resource_tools, joined, observing)
         return
     if config is not None and principal is not None and not no_auth and from_file("principal"):
@@ -351,21 +357,24 @@ def mcp_serve(
         bus=bus,
         access_log=access_log,
     )
-    with _local_workers(workers, capsule_dirs, bus) as joined:
+    with _local_workers(workers, capsule_dirs, bus, watch) as joined:
         options.bus = joined
         serve_http(capsule_dirs, principal, watch, options, observing)
 
 
 @contextmanager
-def _local_workers(count: int | None, capsule_dirs: tuple[Path, ...], bus: BusOptions) -> Iterator[BusOptions]:
-    """With --workers: a private nats-server and `count` capsule hosts for as long as serve runs."""
+def _local_workers(
+    count: int | None, capsule_dirs: tuple[Path, ...], bus: BusOptions, watch: bool
+) -> Iterator[BusOptions]:
+    """With --workers: a private nats-server and `count` capsule hosts for as long as serve runs
+    (each reloads its capsules when their folders change, unless `watch` is off)."""
     if count is None:
         yield bus
         return
     from astrid.cli.workers import LocalCluster
 
     paths = resolve_capsule_paths(capsule_dirs)  # a wrong --capsules is an error before anything starts
-    cluster = LocalCluster(count, capsule_dirs)
+    cluster = LocalCluster(count, capsule_dirs, watch=watch)
     # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
     # below stops the workers and nats-server in order, instead of leaving them to the kernel;
     # set before they start, as one may be stopped the moment its workers say they host.

@@ -171,9 +171,10 @@ def _last_lines(process: subprocess.Popen, keep: int = 20) -> tuple[deque[str], 
 class LocalCluster:
     """A private nats-server and `count` capsule hosts serving `capsule_dirs`, for this process's life."""
 
-    def __init__(self, count: int, capsule_dirs: tuple[Path, ...]) -> None:
+    def __init__(self, count: int, capsule_dirs: tuple[Path, ...], *, watch: bool = True) -> None:
         self.count = count
         self.capsule_dirs = [str(Path(p).expanduser().resolve()) for p in capsule_dirs]
+        self.watch = watch  # each worker reloads its capsules when their folders change
         self.binary = nats_server_binary()  # a missing nats-server is an error before anything starts
         self.passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
         self.port = 0
@@ -255,7 +256,7 @@ class LocalCluster:
     def _start_worker(self, number: int) -> None:
         from astrid.host.toolpaths import tool_path
 
-        args = [tool_path("astrid"), "host", "run", "--kv-store", "sqlite"]
+        args = [tool_path("astrid"), "host", "run", "--kv-store", "sqlite", "--watch" if self.watch else "--no-watch"]
         for folder in self.capsule_dirs:
             args += ["--capsules", folder]
         # The URL with its password travels in the environment, never the command line (`ps`).

@@ -126,6 +126,17 @@ class Status:
     failures: list[LoadFailure] = field(default_factory=list)
     seconds: float = 0.0
 
+    @classmethod
+    def of(cls, report: Iterable[Any], seconds: float = 0.0) -> Status:
+        """What a kernel's load report says: the capsules served and the folders that failed."""
+        status = cls(seconds=seconds)
+        for result in report or ():
+            if getattr(result, "ok", False):
+                status.capsules.append(CapsuleSummary.of(result))
+            else:
+                status.failures.append(LoadFailure(result.folder, getattr(result, "error", None) or "failed"))
+        return status
+
 
 class CapsuleKernel(Protocol):
     """What the runtime needs of a kernel: `kernel.Kernel`, or a test's stand-in."""
@@ -203,6 +214,7 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     assert isinstance(bus, NatsBus)
     bus.capsule_set = lambda: [f"{c.name}@{c.source_id}" for c in kernel.loaded()]
     bus.on_membership_change = kernel.announce  # the broker re-describes; clients get list_changed
+    kernel.set_changed = bus.capsule_set_changed  # a reload's new set is heard at once, not a beat later
     return kernel
 
 
@@ -289,14 +301,9 @@ class Runtime:
             self._ready.set()
 
     def _record(self, report: Iterable[Any], seconds: float) -> None:
-        status = Status(seconds=seconds)
-        for result in report or ():
-            if getattr(result, "ok", False):
-                self._names[result.source_id] = result.name
-                status.capsules.append(CapsuleSummary.of(result))
-            else:
-                status.failures.append(LoadFailure(result.folder, getattr(result, "error", None) or "failed"))
-        self.status = status
+        self.status = Status.of(report, seconds)
+        for capsule in self.status.capsules:
+            self._names[capsule.source_id] = capsule.name
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self._ready.wait(timeout_s):
@@ -324,9 +331,7 @@ class Runtime:
     def watch_folders(self, interval_s: float = WATCH_TUNING.interval_s) -> FolderWatcher:
         """Hot reload: reload when a file under a capsule path changes."""
         if self._watcher is None:
-            # the trust file too: a publisher trusted or removed re-checks the installed capsules
-            files = [self.config.trust_file or default_trust_file()]
-            self._watcher = FolderWatcher(self.config.capsule_paths, self._on_folders_changed, interval_s, files=files)
+            self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, interval_s)
             self._watcher.start()
         return self._watcher
 
@@ -419,16 +424,8 @@ class Runtime:
         if not self.ready:
             return
         log.info("capsule folders changed; reloading")
-        reported = {(f.folder, f.error) for f in self.status.failures}
-        served = {c.folder: c for c in self.status.capsules}
-        status = self.reload()
-        for failure in status.failures:
-            if (failure.folder, failure.error) not in reported:  # new, or failing differently
-                log.error("capsule %s not loaded: %s", failure.folder, failure.error)
-        line = _reload_line(served, {c.folder: c for c in status.capsules})
-        if line:
-            names = [c.name for c in status.capsules]
-            events.info("%s", line, extra={"event": "reload", "fields": {"serving": names}})
+        before = self.status
+        report_reload(before, self.reload())
 
     def close(self) -> None:
         if self._closed:
@@ -535,6 +532,39 @@ def _grant_change(name: str, before: tuple[str, ...], after: tuple[str, ...]) ->
         [f"revoked {', '.join(revoked)}"] if revoked else []
     )
     return f"{name}: {', '.join(parts)}"
+
+
+def capsule_folder_watcher(config: RuntimeConfig, on_change: Callable[[], None], interval_s: float) -> FolderWatcher:
+    """Hot reload's watcher: the capsule paths, and the trust file (a publisher trusted or removed
+    re-checks the installed capsules). Started by the caller."""
+    files = [config.trust_file or default_trust_file()]
+    return FolderWatcher(config.capsule_paths, on_change, interval_s, files=files)
+
+
+def reloader(kernel: CapsuleKernel, status: Status) -> Callable[[], None]:
+    """Hot reload's callback for a kernel with no runtime (`astrid host run`), on the watcher's
+    thread: reload, and say what changed since the last reload (or `status`, the start)."""
+    last = status
+
+    def reload() -> None:
+        nonlocal last
+        after = Status.of(kernel.reload())
+        report_reload(last, after)
+        last = after
+
+    return reload
+
+
+def report_reload(before: Status, after: Status) -> None:
+    """Say what a reload changed: each new (or newly different) failure, and one line for what is served."""
+    reported = {(f.folder, f.error) for f in before.failures}
+    for failure in after.failures:
+        if (failure.folder, failure.error) not in reported:
+            log.error("capsule %s not loaded: %s", failure.folder, failure.error)
+    line = _reload_line({c.folder: c for c in before.capsules}, {c.folder: c for c in after.capsules})
+    if line:
+        names = [c.name for c in after.capsules]
+        events.info("%s", line, extra={"event": "reload", "fields": {"serving": names}})
 
 
 def _reload_line(before: Mapping[Path, CapsuleSummary], after: Mapping[Path, CapsuleSummary]) -> str | None:

@@ -545,7 +545,7 @@ class Broker:
             return self._keep(principal, uri, route, outcome, epoch)
         if status is ReadStatus.NO_REPLY and route.owner is not None and not route.stale:
             return owner_silent(uri, route.owner, via_template=route.via_template, names=self.names)
-        return None
+        return None  # no snapshot knew it, a stale one, the owner gone or MOVED: re-describe once
 
     def _read_again(self, principal: Principal, uri: str) -> ReadOutcome:
         """The snapshot did not know the uri, is stale, or names an owner that

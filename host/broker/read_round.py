@@ -40,7 +40,10 @@ class ReadStatus(Enum):
     ANSWERED = "answered"  # a reply was taken (its outcome may still be a failure)
     NO_REPLY = "no reply"  # every receiver finished and none answered
     TIMED_OUT = "timed out"  # the window ended with receivers still running
-    REFUSED = "refused"  # the listed owner did not answer; others' replies were refused
+    REFUSED = "refused"  # the window ended without the listed owner's reply; others' replies were refused
+    # The listed owner finished without answering while another capsule answered: the capsule
+    # set may have moved on (a capsule rebuilt on another host, before its heartbeat said so).
+    MOVED = "moved"
     OWNER_GONE = "owner gone"  # the listed owner was not among the receivers
 
 
@@ -169,7 +172,7 @@ def resolve(
             ", ".join(names.label(source) for source in sorted(replies)),
         )
         if drained.finished:
-            return owner_silent(uri, preferred, via_template=via_template, names=names), ReadStatus.REFUSED
+            return owner_silent(uri, preferred, via_template=via_template, names=names), ReadStatus.MOVED
         failure = ReadOutcome.fail(
             FailureCode.TIMEOUT,
             f"{_the_owner(uri, preferred, via_template, names)} did not answer within {window_s:g} s",

@@ -169,6 +169,8 @@ class Kernel:
         self._failures: dict[Path, FailedSlot] = {}
         self.load_report: list[LoadResult] = []
         self.principals: set[Principal] = set()
+        # Told after a reload changed the capsule set (on NATS: the host beats at once).
+        self.set_changed: Callable[[], None] = lambda: None
         self._lock = threading.RLock()
         self.participant = KERNEL.participant()
         self._file_watch: dict[str, Participant] = {}  # by capsule source-id: announces for it
@@ -257,6 +259,7 @@ class Kernel:
         self._prewarm(fresh, principals)
         if changed:
             self.announce()
+            self.set_changed()
         return report
 
     def _forget_removed(self, folders: list[Path]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,12 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import anyio
+import mcp.types as types
 import pytest
 
 from astrid.cli.workers import write_private
 from astrid.host.bus.nats import NatsBus
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
+from tests.e2e.builds import build, write_variant
 from tests.support.nats import capsule_host, nats_server
 from tests.support.processes import astrid_exe, run_astrid, serve_args, server_env
 from tests.support.stdio import stdio_session
@@ -113,6 +117,53 @@ def start_serving(capsules, capsule_home: Path, log: Path, http: bool) -> tuple[
         time.sleep(0.1)
     nats_pid, _, workers = started(log.read_text())
     return process, [nats_pid, *workers]
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_the_workers_reload_a_rebuilt_capsule_and_the_client_hears_of_it(
+    capsules, capsule_home, tmp_path
+) -> None:
+    """Hot reload as without --workers: each worker watches the capsule folders, a rebuild with a new
+    URI reaches the client as list_changed, and a rebuild with new contents is what both serve."""
+    folder = tmp_path / "live" / "mutable"
+    shutil.copytree(capsules["mutable-v1"], folder)
+    log = tmp_path / "serve.log"
+
+    async def eventually(predicate) -> None:
+        with anyio.fail_after(30):
+            while not await predicate():
+                await anyio.sleep(0.1)
+
+    async def rebuild(variant: str) -> None:
+        write_variant(folder, variant)
+        await anyio.to_thread.run_sync(build, folder)  # a build-cache hit: the variants were built before
+
+    async with stdio_session(folder.parent, capsule_home=capsule_home, stderr=log, extra=("--workers", "2")) as served:
+        assert await served.uris() == ["astrid://mutable/one"]
+        for worker in (1, 2):
+            await eventually(lambda w=worker: anyio.to_thread.run_sync(lambda: f"worker {w}: watching" in served.log()))
+
+        await rebuild("v2")  # a new URI: the client is told
+        await eventually(lambda: anyio.to_thread.run_sync(served.changed.is_set))
+        await eventually(lambda: _uris_are(served, ["astrid://mutable/one", "astrid://mutable/two"]))
+        assert "reloaded mutable (a new build)" in served.log()
+
+        await rebuild("v3")  # new contents, same URIs: once both workers have it, every read is of it
+        await eventually(lambda: _reads_all_start_with(served, "astrid://mutable/two", "version 3"))
+        assert sum(isinstance(n, types.ResourceListChangedNotification) for n in served.notifications) >= 1
+
+
+async def _uris_are(served, wanted: list[str]) -> bool:
+    return await served.uris() == wanted
+
+
+async def _reads_all_start_with(served, uri: str, prefix: str, reads: int = 10) -> bool:
+    """Every one of `reads` reads (spread over the workers by their queue group) starts with `prefix`."""
+    for _ in range(reads):
+        if not (await served.text(uri)).startswith(prefix):
+            return False
+    return True
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ class Membership:
         # What the tracker does, under the lock, when a host goes or a host's groups change.
         self.released: Callable[[str], None] = lambda host: None
         self.regrouped: Callable[[], None] = lambda: None
+        self._beat_now = asyncio.Event()  # set (on the loop) by `beat_soon`
         self._sync_lines = LogThrottle(NATS_TUNING.failure_line_every_s)
 
     # -- this host's beat ---------------------------------------------------------------
@@ -72,7 +73,19 @@ class Membership:
             if self._connection.connected and not self._connection.closed:
                 await self._send(self._cluster.heartbeat, json.dumps(beat))
             self.expire()
-            await asyncio.sleep(NATS_TUNING.heartbeat_s)
+            try:
+                await asyncio.wait_for(self._beat_now.wait(), NATS_TUNING.heartbeat_s)
+            except TimeoutError:
+                pass
+            self._beat_now.clear()
+
+    def beat_soon(self) -> None:
+        """Beat now, not at the next heartbeat (from any thread): the capsule set changed, and the
+        MCP servers re-describe once they hear it (until then they route reads to the old build)."""
+        try:
+            self._connection.loop.call_soon_threadsafe(self._beat_now.set)
+        except RuntimeError:  # the loop is closed: no more beats anyway
+            pass
 
     def _sync_failed(self, exc: Exception) -> None:
         skipped = self._sync_lines.ready()

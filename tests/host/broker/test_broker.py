@@ -417,6 +417,53 @@ def test_a_read_after_the_owner_was_rebuilt_is_served_by_the_new_build(bus, make
     assert new.describes == 1 and new.reads == 2  # the refused first answer, then the routed one
 
 
+def test_a_read_whose_owner_went_silent_while_a_new_build_answered_is_served_by_the_new_build(bus, make_broker):
+    """Over NATS the old build may still be heard of (its host's heartbeat is not in yet) while a rebuilt
+    one answers: the owner finishes without answering and another capsule's reply is refused. The capsule
+    set may have moved on, so the broker re-describes once and reads from whoever lists the URI now."""
+    uri = "astrid://c/x"
+    old = FakeCapsule(
+        bus,
+        "c",
+        source_id="src-old",
+        resources={"alice": [resource(uri)]},
+        contents={"alice": {uri: [text(uri, "old")]}},
+    )
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+    old.resources, old.contents = {}, {}  # what is left of the old build lists and serves nothing
+    new = FakeCapsule(
+        bus,
+        "c",
+        source_id="src-new",
+        resources={"alice": [resource(uri)]},
+        contents={"alice": {uri: [text(uri, "new")]}},
+    )
+
+    reply = client(ALICE).read_resource(uri)
+
+    assert reply.error is None and reply.contents[0].text == "new"
+    assert old.describes == 2 and new.describes == 1 and new.reads == 2  # the refused answer, then the routed one
+
+
+def test_a_silent_owner_stays_a_capsule_error_when_an_impostor_answers_and_costs_one_describe(bus, make_broker):
+    uri = "astrid://c/x"
+    owner = FakeCapsule(bus, "c", source_id="src-b", resources={"alice": [resource(uri)]})  # lists, never serves
+    impostor = FakeCapsule(
+        bus,
+        "imp",
+        source_id="src-a",
+        raw_read=lambda r: json.dumps({"uri": r["uri"], "contents": [text(r["uri"], "evil")]}),
+    )
+    _, client = make_broker(bus)
+    client(ALICE).list_resources()
+
+    reply = client(ALICE).read_resource(uri)
+
+    assert reply.error.code == "capsule_error" and not reply.contents
+    assert owner.describes == 2 and impostor.reads == 2  # one re-describe and one more read, never a loop
+
+
 def test_a_read_after_the_owner_was_removed_is_not_found(bus, make_broker):
     uri = "astrid://c/x"
     old = FakeCapsule(bus, "c", resources={"alice": [resource(uri)]}, contents={"alice": {uri: [text(uri, "old")]}})

@@ -14,7 +14,7 @@ import pytest
 from nats.errors import BadSubjectError
 
 from astrid.host.bus import Binding, Dispatcher, Principal, host_participant
-from astrid.host.bus.nats import NatsBus, reports, subject_for
+from astrid.host.bus.nats import NatsBus, membership, reports, subject_for
 from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.groups import QueueGroups
 from astrid.host.contract.topics import HOST_CLUSTER
@@ -229,6 +229,27 @@ def test_membership_follows_heartbeats_and_goodbyes(server) -> None:
         host.close()
         assert changes.wait(5) and host.host_id not in mcp.hosts()
     finally:
+        mcp.close()
+
+
+def test_a_host_whose_capsule_set_changed_beats_at_once_not_at_the_next_heartbeat(server, monkeypatch) -> None:
+    """A reload's new build answers at once: the front ends must hear of it then, not a heartbeat
+    later (with beats 60 s apart here, only the early beat can bring the change within the wait)."""
+    monkeypatch.setattr(membership, "NATS_TUNING", dataclasses.replace(NATS_TUNING, heartbeat_s=60.0))
+    mcp, host = bus(server, "mcp"), bus(server, "capsules")
+    changes = threading.Event()
+    mcp.on_membership_change = changes.set
+    try:
+        deadline = time.monotonic() + 5
+        while host.host_id not in mcp.hosts() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mcp.hosts().get(host.host_id) == ()
+        changes.clear()
+        host.capsule_set = lambda: ["docs@new-build"]
+        host.capsule_set_changed()
+        assert changes.wait(10) and mcp.hosts()[host.host_id] == ("docs@new-build",)
+    finally:
+        host.close()
         mcp.close()
 
 
