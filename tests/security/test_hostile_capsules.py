@@ -329,6 +329,17 @@ def test_a_forged_read_reply_is_not_served_when_the_owner_misses_the_window(serv
     assert reply.error is not None and reply.error.code == "timeout", reply
 
 
+def test_a_forged_read_reply_is_not_served_when_the_owner_finishes_without_answering(serve, bundled, hostile_dir):
+    """The owner is stopped at its time limit while the forger answered at once: the broker takes the
+    capsule set for moved on and re-describes once (a rebuild heard of late), and still never serves
+    the forgery: the same owner is asked again, and its failure is the read's."""
+    served = serve(*bundled, hostile_dir("forger", "forge"), hostile_dir("victim", "spin"), limits=FAST)
+    served.uris()
+    reply = served.read("astrid://victim/spin")
+    assert reply.error is not None and reply.error.code == "capsule_error" and not reply.contents, reply
+    assert "FORGED" not in str(reply)
+
+
 # -- runaway guests ---------------------------------------------------------------------------------
 
 
