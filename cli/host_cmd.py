@@ -18,6 +18,7 @@ from astrid.cli.errors import UserError
 from astrid.cli.main import cli
 from astrid.cli.mcp_cmd import (
     INTERRUPTED_EXIT,
+    WATCHING_LINE,
     BusOptions,
     bus_options,
     capsule_lines,
@@ -68,7 +69,6 @@ def host_run(
     (--metrics) and JSON log lines (--log-format json) as for `astrid mcp serve` (docs/operations.md).
     """
     from astrid.host.runtime import (
-        CapsuleSummary,
         RuntimeConfig,
         Status,
         capsule_folder_watcher,
@@ -100,7 +100,7 @@ def host_run(
     watcher: MountWatcher | None = None
     folders: FolderWatcher | None = None
     try:
-        report = kernel.start()
+        status = Status.of(kernel.start())
         # A change to a file a resource read touched updates that resource for its subscribers
         # (the folders those reads looked under are polled; the MCP server's broker checks the news).
         watcher = MountWatcher(
@@ -110,22 +110,20 @@ def host_run(
         if watch and config.capsule_paths:
             # A rebuilt capsule has a new source-id: the host beats at once with it, and the MCP
             # servers on the bus re-list (clients whose URIs changed get list_changed).
-            folders = capsule_folder_watcher(config, reloader(kernel, Status.of(report)), WATCH_TUNING.interval_s)
+            folders = capsule_folder_watcher(config, reloader(kernel, status), WATCH_TUNING.interval_s)
             folders.start()
         # Before the banner: whoever waits for it (serve's --workers, a test, a supervisor) may stop
         # us the moment it shows, and SIGTERM's default action would skip the stop in order.
         stop_signal = _stop_signal_pipe()
-        loaded = [CapsuleSummary.of(result) for result in report if result.ok]
-        failed = [result for result in report if not result.ok]
-        for result in failed:
-            output.say(f"capsule {result.folder} not loaded: {result.error}", level="error")
+        for failure in status.failures:
+            output.say(f"capsule {failure.folder} not loaded: {failure.error}", level="error")
         shown = bus_url.split("@")[-1]
-        names = ", ".join(capsule.name for capsule in loaded) or "none"
-        output.say(f"hosting {len(loaded)} capsules ({names}) on {shown}")
-        for line in capsule_lines(loaded):
+        names = ", ".join(capsule.name for capsule in status.capsules) or "none"
+        output.say(f"hosting {len(status.capsules)} capsules ({names}) on {shown}")
+        for line in capsule_lines(status.capsules):
             output.say(line)
         if folders is not None:
-            output.say("watching the capsule folders; a rebuilt capsule is reloaded")
+            output.say(WATCHING_LINE)
         output.say("an `astrid mcp serve --bus` on the same NATS server serves them; Ctrl-C stops")
         serving()
         os.read(stop_signal, 1)  # a signal interrupts the read, runs its handler, and the read then returns its byte

@@ -59,6 +59,9 @@ def capsules_option(function: Callable) -> Callable:
     )(function)
 
 
+WATCHING_LINE = "watching the capsule folders; a rebuilt capsule is reloaded"  # serve's and host run's
+
+
 def watch_option(function: Callable) -> Callable:
     return click.option(
         "--watch/--no-watch", default=True, show_default=True, help="Reload capsules when their folders change."
@@ -555,7 +558,7 @@ def _announce(runtime, watch: bool, hint: str) -> None:
     runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
     if watch and runtime.config.capsule_paths:
         runtime.watch_folders()
-        _say("watching the capsule folders; a rebuilt capsule is reloaded")
+        _say(WATCHING_LINE)
 
 
 def capsule_lines(capsules) -> list[str]:
