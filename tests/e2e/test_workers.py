@@ -141,11 +141,13 @@ async def test_the_workers_reload_a_rebuilt_capsule_and_the_client_hears_of_it(
 
     async with stdio_session(folder.parent, capsule_home=capsule_home, stderr=log, extra=("--workers", "2")) as served:
         assert await served.uris() == ["astrid://mutable/one"]
-        for worker in (1, 2):
-            await eventually(lambda w=worker: anyio.to_thread.run_sync(lambda: f"worker {w}: watching" in served.log()))
+        with anyio.fail_after(30):
+            while not all(f"worker {number}: watching" in served.log() for number in (1, 2)):
+                await anyio.sleep(0.1)
 
         await rebuild("v2")  # a new URI: the client is told
-        await eventually(lambda: anyio.to_thread.run_sync(served.changed.is_set))
+        with anyio.fail_after(30):
+            await served.changed.wait()
         await eventually(lambda: _uris_are(served, ["astrid://mutable/one", "astrid://mutable/two"]))
         assert "reloaded mutable (a new build)" in served.log()
 
