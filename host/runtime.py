@@ -47,7 +47,7 @@ from astrid.host.contract.topics import (
 )
 from astrid.host.errors import BackendNotReady, GrantError
 from astrid.host.identity.trust import TrustStore, default_trust_file
-from astrid.host.identity.vetting import NamespaceAuthority, vetter
+from astrid.host.identity.vetting import ClaimedIdentities, NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.log_throttle import LogThrottle
@@ -213,9 +213,20 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     bus = kernel.bus
     assert isinstance(bus, NatsBus)
     bus.capsule_set = lambda: [f"{c.name}@{c.source_id}" for c in kernel.loaded()]
+    # who each signed capsule is, for the other hosts to verify themselves (docs/security.md)
+    bus.capsule_claims = lambda: {c.source_id: c.provenance.claim for c in kernel.loaded() if c.provenance.claim}
     bus.on_membership_change = kernel.announce  # the broker re-describes; clients get list_changed
     kernel.set_changed = bus.capsule_set_changed  # a reload's new set is heard at once, not a beat later
     return kernel
+
+
+def _namespace_authority(kernel: CapsuleKernel, trust: TrustStore) -> NamespaceAuthority:
+    """Which URIs each capsule may serve: by who it is, whichever process runs it. Over NATS, another
+    host's capsule is who that host's claim proves it is, checked here (`ClaimedIdentities`)."""
+    claims_of = getattr(kernel.bus, "claims_of", None)  # only a NATS bus hears other hosts
+    if claims_of is None:
+        return NamespaceAuthority(trust, kernel.provenance_of)
+    return NamespaceAuthority(trust, ClaimedIdentities(trust, kernel.provenance_of, claims_of))
 
 
 def watch_kernel(kernel: Any) -> Callable[[], None]:
@@ -284,7 +295,7 @@ class Runtime:
                 participant=BROKER.participant(),
                 limits=self.limits,
                 trusted_ingress=[self._ingress.source_id],
-                authority=NamespaceAuthority(trust_store(self.config), kernel.provenance_of),
+                authority=_namespace_authority(kernel, trust_store(self.config)),
                 name_of=self._names.get,
                 subscription_limits=self.config.subscription_limits,
                 # A kernel's static replies, taken without a bus message each (a stand-in may have none).

@@ -81,6 +81,8 @@ class VerifiedCapsule:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     imports: tuple[str, ...]
+    # The DSSE envelope (canonical JSON) that says so: what a capsule host shows others (`verify_claim`).
+    claim: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def signed(self) -> bool:
@@ -198,7 +200,7 @@ def verify_artifact(
         envelope = _load_envelope(artifact.signature, source)
     signer = _check_signature(envelope, artifact.metadata, trust, source, allow_unsigned)
     metadata, manifest = _check_contents(artifact, source)
-    capsule = _verified(metadata, artifact.metadata, signer)
+    capsule = _verified(metadata, artifact.metadata, signer, envelope)
     trust.check_claim(capsule.namespaces, capsule.key_fingerprint)
     return VerifiedArtifact(capsule, manifest, metadata, artifact, envelope)
 
@@ -225,7 +227,7 @@ def verify_installed(folder: Path, trust: TrustStore, *, allow_unsigned: bool = 
         metadata = replace(
             Metadata.describe(manifest, manifest_bytes, b""), component_sha256=component_sha256, component_size=size
         )
-        capsule = _verified(metadata, metadata.encode(), None)
+        capsule = _verified(metadata, metadata.encode(), None, None)
         trust.check_claim(capsule.namespaces, None)
         return capsule
     metadata, envelope = _load_identity(identity, where)
@@ -237,9 +239,47 @@ def verify_installed(folder: Path, trust: TrustStore, *, allow_unsigned: bool = 
     component_sha256, size = _hash_file(component_path, where)
     if component_sha256 != metadata.component_sha256 or size != metadata.component_size:
         raise _changed(where, manifest.component_file)
-    capsule = _verified(metadata, metadata_bytes, signer)
+    capsule = _verified(metadata, metadata_bytes, signer, envelope)
     trust.check_claim(capsule.namespaces, capsule.key_fingerprint)
     return capsule
+
+
+MAX_CLAIM_BYTES = 64 * 1024  # a claim is one envelope of one metadata.json: a few KB
+
+
+def verify_claim(claim: str, source_id: str, trust: TrustStore) -> VerifiedCapsule:
+    """Check what another host says of the capsule `source_id` it runs: `claim` is the DSSE envelope of
+    its install (`VerifiedCapsule.claim`). It must be signed by a key trusted here, its statement must
+    hold well-formed metadata, the source-id must be the one of that metadata's name and component
+    (so the claim names this capsule and no other), and its namespaces must be free or its publisher's
+    here. Raises an `IdentityError` naming the cause; the host's word alone counts for nothing."""
+    from astrid.host.kernel.provenance import source_id_for
+
+    where = f"the claim of capsule {source_id}"
+    raw = claim.encode("utf-8")
+    if len(raw) > MAX_CLAIM_BYTES:
+        raise _bad_signature(where, f"it is over {MAX_CLAIM_BYTES} bytes")
+    envelope = _load_envelope(raw, where)
+    metadata = _claimed_metadata(envelope, where)
+    metadata_bytes = metadata.encode()
+    signer = _check_signature(envelope, metadata_bytes, trust, where, allow_unsigned=False)
+    if source_id_for(metadata.name, metadata.component_sha256) != source_id:
+        raise SignatureError(f"{where}: it is the signature of another capsule ({metadata.name} {metadata.version})")
+    capsule = _verified(metadata, metadata_bytes, signer, envelope)
+    trust.check_claim(capsule.namespaces, capsule.key_fingerprint)
+    return capsule
+
+
+def _claimed_metadata(envelope: dict[str, Any], where: str) -> Metadata:
+    """The metadata an envelope's statement carries (its signature is checked after, against it)."""
+    payload = _b64(envelope.get("payload") if isinstance(envelope, dict) else None, where, "the payload")
+    try:
+        statement = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise _bad_signature(where, "the signed payload is not JSON") from None
+    if not isinstance(statement, dict):
+        raise _bad_signature(where, "the signed payload is not an in-toto Statement")
+    return Metadata.from_json(statement.get("predicate"))
 
 
 def _changed(where: str, name: str) -> ArtifactError:
@@ -248,7 +288,9 @@ def _changed(where: str, name: str) -> ArtifactError:
     )
 
 
-def _verified(metadata: Metadata, metadata_bytes: bytes, signer: tuple[str, PublicKey] | None) -> VerifiedCapsule:
+def _verified(
+    metadata: Metadata, metadata_bytes: bytes, signer: tuple[str, PublicKey] | None, envelope: dict[str, Any] | None
+) -> VerifiedCapsule:
     return VerifiedCapsule(
         name=metadata.name,
         version=metadata.version,
@@ -262,6 +304,7 @@ def _verified(metadata: Metadata, metadata_bytes: bytes, signer: tuple[str, Publ
         publish=metadata.publish,
         subscribe=metadata.subscribe,
         imports=metadata.imports,
+        claim=canonical_json(envelope).decode() if signer is not None and envelope is not None else None,
     )
 
 

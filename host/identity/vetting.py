@@ -9,18 +9,34 @@ a trusted publisher owns.
 
 `NamespaceAuthority` is the broker's `UriAuthority`: a signed capsule serves
 only inside the namespaces it claims (its publisher owns them: install bound
-them, load re-checked them); an unsigned capsule, or one the kernel does not
-know (on another NATS host), serves only outside every owned namespace.
+them, load re-checked them); an unsigned capsule serves only outside every
+owned namespace.
+
+A capsule on another host (a `--workers` worker, an `astrid host run` over
+NATS) is whoever its host's claim proves it is (`ClaimedIdentities`): the host
+sends the signature record of each capsule it runs, and this process checks it
+against its own trust store (`verify_claim`). A capsule with no claim, or a
+claim that does not verify here, is local and unsigned: one trust decision,
+whichever process runs the capsule.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from astrid.host.bounded_lru import BoundedLru
 from astrid.host.identity.trust import TrustStore
 from astrid.host.kernel.manifest import load_manifest
-from astrid.host.kernel.provenance import IDENTITY_FILE, Provenance, Vet
+from astrid.host.kernel.provenance import IDENTITY_FILE, LOCAL, Provenance, Vet
+
+log = logging.getLogger(__name__)
+
+# Other hosts' capsules whose claims stay checked (a rebuild is a new source-id; the oldest go first).
+MAX_CHECKED_SOURCES = 4096
+MAX_CHECKED_CLAIM_BYTES = 32 * 1024 * 1024
 
 
 def vetter(trust: TrustStore) -> Vet:
@@ -37,9 +53,74 @@ def vetter(trust: TrustStore) -> Vet:
             key_fingerprint=capsule.key_fingerprint,
             namespaces=capsule.namespaces,
             component_sha256=capsule.component_sha256,
+            claim=capsule.claim,
         )
 
     return vet
+
+
+class ClaimedIdentities:
+    """Who each capsule is, for the broker: a capsule of this process by its load (`local`), one of
+    another host by that host's claims (`claims_of`: the signature records its hosts announce),
+    verified here against this process's trust store and remembered until the claims or the trust
+    store change."""
+
+    def __init__(
+        self,
+        trust: TrustStore,
+        local: Callable[[str], Provenance | None],
+        claims_of: Callable[[str], tuple[str, ...]],
+    ) -> None:
+        self.trust = trust
+        self.local = local
+        self.claims_of = claims_of
+        # source-id -> (the claims checked, the trust store's signature then, what they proved)
+        self._checked: BoundedLru[str, tuple[tuple[str, ...], object, Provenance]] = BoundedLru(
+            MAX_CHECKED_SOURCES, MAX_CHECKED_CLAIM_BYTES
+        )
+        self._lock = threading.Lock()
+
+    def __call__(self, source_id: str) -> Provenance | None:
+        found = self.local(source_id)
+        if found is not None:
+            return found
+        claims = self.claims_of(source_id)
+        if not claims:
+            return None  # no host claims anything for it: unsigned
+        epoch = self.trust.signature()
+        with self._lock:
+            checked = self._checked.get(source_id)
+        if checked is not None and checked[0] == claims and checked[1] == epoch:
+            return checked[2]
+        provenance = self._verify(source_id, claims)
+        with self._lock:
+            self._checked.put(source_id, (claims, epoch, provenance), sum(len(claim) for claim in claims))
+        return provenance
+
+    def _verify(self, source_id: str, claims: tuple[str, ...]) -> Provenance:
+        """The provenance all of `claims` prove (replicas announce the same one), else unsigned."""
+        from astrid.host.errors import AstridError
+        from astrid.host.identity.signing import verify_claim  # here: a process with no remote claims never loads it
+
+        proven: set[Provenance] = set()
+        for claim in claims:
+            try:
+                capsule = verify_claim(claim, source_id, self.trust)
+            except AstridError as exc:
+                log.warning("capsule %s on another host is served as local, unsigned: %s", source_id, exc)
+                return LOCAL
+            proven.add(
+                Provenance(
+                    publisher=capsule.publisher,
+                    key_fingerprint=capsule.key_fingerprint,
+                    namespaces=capsule.namespaces,
+                    component_sha256=capsule.component_sha256,
+                )
+            )
+        if len(proven) != 1:
+            log.warning("capsule %s is served as local, unsigned: its hosts claim different identities", source_id)
+            return LOCAL
+        return proven.pop()
 
 
 class NamespaceAuthority:

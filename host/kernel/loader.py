@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,13 +13,11 @@ from wasmtime.component import Component
 from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
-from astrid.host.kernel.provenance import LOCAL, Provenance, Vet
+from astrid.host.kernel.provenance import LOCAL, Provenance, Vet, source_id_for
 from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
 
-# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract/bus.md §2.3).
-SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
 HOST_IMPORTS = frozenset(
     {
         "astrid:ipc/host@1.0.0",
@@ -53,10 +50,6 @@ class LoadedCapsule:
     def grant_identity(self) -> str:
         """Whom the operator's grants must name for this capsule to get them."""
         return self.provenance.grant_key(self.name, self.folder)
-
-
-def source_id_for(name: str, wasm_sha256: str) -> str:
-    return str(uuid.uuid5(SOURCE_ID_NAMESPACE, f"{name}\0{wasm_sha256}"))
 
 
 def discover_capsules(paths: list[Path]) -> list[Path]:

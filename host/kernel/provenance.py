@@ -8,13 +8,22 @@ namespaces key on the answer, never on the name a manifest gives itself.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SHORT = 16  # hex digits of a key fingerprint or digest where space matters
 # What an install writes beside Capsule.toml: the signed metadata (host/identity/signing.py).
 IDENTITY_FILE = "identity.json"
+# Namespace of capsule source-ids: uuid5(ns, "<name>\0<wasm sha256>") (docs/contract/bus.md §2.3).
+SOURCE_ID_NAMESPACE = uuid.UUID("6f1d3c1e-5a0b-4b7e-9a52-2d1c0a5e7b31")
+
+
+def source_id_for(name: str, wasm_sha256: str) -> str:
+    """A capsule's source-id: derived from its name and its component's bytes, so a signed claim
+    of both (another host's, docs/publishing.md) names exactly one source-id."""
+    return str(uuid.uuid5(SOURCE_ID_NAMESPACE, f"{name}\0{wasm_sha256}"))
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,9 @@ class Provenance:
     key_fingerprint: str | None = None
     namespaces: tuple[str, ...] = ()
     component_sha256: str | None = None  # what the signature pins; the loader compares what it loaded
+    # The signature record (the DSSE envelope, canonical JSON) a capsule host shows other hosts, which
+    # verify it themselves before they let the capsule serve its namespaces; None: unsigned.
+    claim: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def signed(self) -> bool:

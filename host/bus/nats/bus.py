@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from astrid.host.bus.base import UNPARSED, IpcErrorCode, Participant, Principal
@@ -54,6 +54,8 @@ class NatsBus(InMemoryBus):
         self.tracked = tuple(tracked)
         self.credentials = credentials
         self.capsule_set: Callable[[], Sequence[str]] = lambda: ()
+        # source-id -> the signature record of each signed capsule run here, announced with the set
+        self.capsule_claims: Callable[[], Mapping[str, str]] = lambda: {}
         self.on_membership_change: Callable[[], None] = lambda: None
         self._ids = itertools.count(1)
         self._connection = Connection(url, credentials)
@@ -75,7 +77,9 @@ class NatsBus(InMemoryBus):
         except BusError:
             self.close()
             raise
-        self._connection.submit(self._members.beat(lambda: self.capsule_set(), self._groups))
+        self._connection.submit(
+            self._members.beat(lambda: self.capsule_set(), lambda: self.capsule_claims(), self._groups)
+        )
         if self.tracked:
             self._connection.submit(self._tracker.watch())
         time.sleep(NATS_TUNING.heartbeat_s * 1.5)  # hear the hosts already there before the first round
@@ -108,6 +112,10 @@ class NatsBus(InMemoryBus):
     @property
     def connected(self) -> bool:
         return self._connection.connected
+
+    def claims_of(self, source_id: str) -> tuple[str, ...]:
+        """What the other hosts that run `source_id` claim of who it is (unverified: see identity.vetting)."""
+        return self._members.claims_of(source_id)
 
     def hosts(self) -> dict[str, tuple[str, ...]]:
         """The other hosts alive now, with their capsule sets."""

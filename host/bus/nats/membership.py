@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from astrid.host.bus.nats.connection import Connection, reason
 from astrid.host.bus.nats.envelope import H_HOST
@@ -26,6 +26,9 @@ class Host:
     capsules: tuple[str, ...]
     seen: float
     groups: frozenset[str] = frozenset()  # the queue groups it serves requests in
+    # source-id -> the signature record it shows for that capsule (opaque here: the broker's
+    # process verifies it against its own trust store before it believes a word of it)
+    claims: Mapping[str, str] = field(default_factory=dict)
 
 
 class Membership:
@@ -53,13 +56,23 @@ class Membership:
 
     # -- this host's beat ---------------------------------------------------------------
 
-    async def beat(self, capsule_set: Callable[[], Sequence[str]], groups: QueueGroups) -> None:
+    async def beat(
+        self,
+        capsule_set: Callable[[], Sequence[str]],
+        capsule_claims: Callable[[], Mapping[str, str]],
+        groups: QueueGroups,
+    ) -> None:
         """Every heartbeat (`NATS_TUNING.heartbeat_s`): join the queue groups of the capsules run here,
-        announce them, expire the silent."""
+        announce them (with the claim of who each signed one is), expire the silent."""
         capsules: list[str] = []
+        claims: dict[str, str] = {}
+
+        def announced() -> tuple[list[str], dict[str, str]]:
+            return sorted(capsule_set()), dict(capsule_claims())
+
         while not self._connection.closed:
             try:  # the kernel may be busy loading: never let it hold up the loop (keep the last set)
-                capsules = sorted(await asyncio.wait_for(asyncio.to_thread(capsule_set), NATS_TUNING.heartbeat_s / 2))
+                capsules, claims = await asyncio.wait_for(asyncio.to_thread(announced), NATS_TUNING.heartbeat_s / 2)
             except Exception:
                 pass
             if self._connection.closed:
@@ -70,6 +83,8 @@ class Membership:
                 except Exception as exc:  # beat on regardless: a host that stops beating is taken for dead
                     self._sync_failed(exc)
             beat = {"host": self._host_id, "role": self._role, "capsules": capsules, "groups": sorted(groups.grouped)}
+            if claims:
+                beat["claims"] = claims
             if self._connection.connected and not self._connection.closed:
                 await self._send(self._cluster.heartbeat, json.dumps(beat))
             self.expire()
@@ -106,22 +121,26 @@ class Membership:
             beat = json.loads(data)
             host, role = beat["host"], beat["role"]
             groups = frozenset(g for g in beat.get("groups") or () if isinstance(g, str))
-        except (ValueError, KeyError, TypeError):
+            claims = _claims(beat.get("claims"))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
         with self.lock:
             before = self._served()
             self._contact[host] = time.monotonic()
+            known = self.hosts.get(host)
             if beat.get("leaving"):
                 self.hosts.pop(host, None)
                 self.released(host)
                 self.sources = {source: seen for source, seen in self.sources.items() if seen != host}
+                reclaimed = known is not None and bool(known.claims)
             else:
                 capsules = tuple(beat.get("capsules") or ())
-                known = self.hosts.get(host)
-                self.hosts[host] = Host(role, capsules, time.monotonic(), groups)
+                self.hosts[host] = Host(role, capsules, time.monotonic(), groups, claims)
                 if known is not None and known.groups != groups:
                     self.regrouped()
-            changed = self._served() != before
+                # who a capsule is may decide what it serves: a changed claim is heard as a change
+                reclaimed = (known.claims if known is not None else {}) != claims
+            changed = reclaimed or self._served() != before
         if changed:  # the capsules served changed (a replica more or less changes nothing)
             log.info("NATS: host %s (%s) %s", host[:8], role, "left" if beat.get("leaving") else "changed or joined")
             self._membership_changed()
@@ -190,6 +209,12 @@ class Membership:
         with self.lock:
             self.sources[source_id] = host
 
+    def claims_of(self, source_id: str) -> tuple[str, ...]:
+        """What the live hosts claim of `source_id` (each distinct claim once, in order)."""
+        with self.lock:
+            found = {seen.claims[source_id] for seen in self.live().values() if source_id in seen.claims}
+        return tuple(sorted(found))
+
     def alive(self) -> dict[str, tuple[str, ...]]:
         """The other hosts alive now, with their capsule sets."""
         with self.lock:
@@ -217,3 +242,10 @@ class Membership:
 
     async def _send(self, topic: str, payload: str) -> None:
         await self._connection.send(topic, payload, {H_HOST: self._host_id})
+
+
+def _claims(value: object) -> dict[str, str]:
+    """A heartbeat's claims: source-id -> text; anything else in it is dropped (a claim is checked later)."""
+    if not isinstance(value, dict):
+        return {}
+    return {source: claim for source, claim in value.items() if isinstance(source, str) and isinstance(claim, str)}

@@ -253,6 +253,41 @@ def test_a_host_whose_capsule_set_changed_beats_at_once_not_at_the_next_heartbea
         mcp.close()
 
 
+def test_a_host_announces_who_its_capsules_are_and_a_changed_claim_is_heard_as_a_change(server) -> None:
+    """Each signed capsule's claim travels with the set (the front end verifies it: identity.vetting);
+    a claim that changes while the set does not still makes the front end re-describe, since who a
+    capsule is decides what it may serve."""
+    mcp = bus(server, "mcp")
+    changes = threading.Event()
+    mcp.on_membership_change = changes.set
+    host = bus(server, "capsules")
+    host.capsule_set = lambda: ["docs@abc"]
+    host.capsule_claims = lambda: {"abc": "claim-1"}
+    try:
+        assert changes.wait(5) and mcp.claims_of("abc") == ("claim-1",)
+        assert mcp.claims_of("unknown") == ()
+        changes.clear()
+        host.capsule_claims = lambda: {"abc": "claim-2"}
+        host.capsule_set_changed()
+        assert changes.wait(5) and mcp.claims_of("abc") == ("claim-2",)
+        changes.clear()
+        host.close()
+        assert changes.wait(5) and mcp.claims_of("abc") == ()  # gone with its host
+    finally:
+        mcp.close()
+
+
+def test_a_heartbeat_with_malformed_claims_keeps_the_host_and_drops_the_claims(server) -> None:
+    mcp = bus(server, "mcp")
+    try:
+        for claims in ([1, 2], {"abc": 3}, "text"):
+            beat = {"host": "h" * 32, "role": "capsules", "capsules": ["docs@abc"], "claims": claims}
+            mcp._members.on_heartbeat(json.dumps(beat).encode())
+            assert "h" * 32 in mcp.hosts() and mcp.claims_of("abc") == ()
+    finally:
+        mcp.close()
+
+
 def test_a_host_heard_from_before_its_heartbeat_announced_anything_still_changes_the_set_when_it_leaves(
     server,
 ) -> None:
