@@ -69,6 +69,7 @@ KEYS: dict[str, Key] = {
     "metrics": Key("metrics_address", "address", 'metrics = "127.0.0.1:9464"'),
     "metrics-public": Key("metrics_public", "bool", "metrics-public = true"),
     "log-format": Key("log_format", "str", 'log-format = "json"'),
+    "client-trace": Key("client_trace", "str", 'client-trace = "link"'),
     "workers": Key("workers", "workers", 'workers = "auto"'),
 }
 # Settings that only an HTTP server uses (stdio ignores them when they come from the file).

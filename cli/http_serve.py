@@ -48,6 +48,7 @@ class HttpOptions:
     resource_tools: bool = False  # also offer the resources as two read-only tools
     bus: BusOptions | None = None  # --bus nats://...: capsules on other hosts too
     access_log: bool = True  # one line per request on stderr (--no-access-log: none)
+    client_trace: str = "link"  # a client's traceparent: a link of a new trace (--client-trace)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -173,6 +174,7 @@ def serve_http(
         limits=runtime.limits,
         worker_threads=CLI_TUNING.http_worker_threads,
         resource_tools=options.resource_tools,
+        client_trace=options.client_trace,
     )
     try:
         listener = HttpListener(server, settings)

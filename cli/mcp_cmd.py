@@ -37,7 +37,7 @@ from astrid.cli.config_file import (
 from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
-from astrid.cli.observe import Observability, observability_options
+from astrid.cli.observe import Observability, client_trace_for, client_trace_option, observability_options
 from astrid.cli.start_up import quiet_start_up, serving
 from astrid.cli.workers import WorkersType
 
@@ -269,6 +269,7 @@ def _say(message: str) -> None:
 )
 @bus_options
 @observability_options
+@client_trace_option
 @click.option(
     "--workers",
     type=WorkersType(),
@@ -301,16 +302,19 @@ def mcp_serve(
     metrics_address: str | None,
     metrics_public: bool,
     log_format: str,
+    client_trace: str | None,
     workers: int | None,
 ) -> None:
     """Serve capsule resources to MCP clients: over stdio (one user), or over HTTP (many).
 
     On stdio, stdout carries only JSON-RPC; everything else goes to stderr.
     The server answers `initialize` at once; capsules load in the background
-    and requests wait for them. Traces (OTEL_* or --otel), metrics (--metrics)
-    and JSON log lines (--log-format json): docs/operations.md.
+    and requests wait for them. Traces (OTEL_* or --otel; --client-trace), metrics
+    (--metrics) and JSON log lines (--log-format json): docs/operations.md.
     """
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")
+    # HTTP serves others: their traceparent is a link (the operator's sampler decides), not a parent
+    trace_mode = observing.client_trace = client_trace_for(client_trace, http=http_address is not None)
     config = serving_config()  # astrid.toml: its values are the defaults of the options above
     if config is not None:
         _say(f"settings from {config.path} ({config.found}; flags override it)")
@@ -336,7 +340,7 @@ def mcp_serve(
         if unused and config is not None:
             _say(f"{config.path}: {', '.join(unused)}: used with --http only (this serves stdio)")
         with _local_workers(workers, capsule_dirs, bus, watch) as joined:
-            _serve_stdio(capsule_dirs, principal, watch, resource_tools, joined, observing)
+            _serve_stdio(capsule_dirs, principal, watch, resource_tools, joined, observing, trace_mode)
         return
     if config is not None and principal is not None and not no_auth and from_file("principal"):
         _say(f"{config.path}: principal: used on stdio and with no-auth only (with auth, a credential names its user)")
@@ -359,6 +363,7 @@ def mcp_serve(
         limits=list(http_limits),
         bus=bus,
         access_log=access_log,
+        client_trace=trace_mode,
     )
     with _local_workers(workers, capsule_dirs, bus, watch) as joined:
         options.bus = joined
@@ -401,6 +406,7 @@ def _serve_stdio(
     resource_tools: bool,
     bus: BusOptions,
     observing: Observability | None = None,
+    client_trace: str = "parent",
 ) -> None:
     import anyio
 
@@ -438,7 +444,9 @@ def _serve_stdio(
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
         announce(runtime, watch, hint)
-        server = AstridMcpServer(runtime, limits=runtime.limits, resource_tools=resource_tools)
+        server = AstridMcpServer(
+            runtime, limits=runtime.limits, resource_tools=resource_tools, client_trace=client_trace
+        )
         interrupted = False
         serving()
         try:

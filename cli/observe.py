@@ -1,5 +1,6 @@
 """`--otel`, `--metrics [HOST:]PORT`, `--metrics-public` and `--log-format`: what a running server shows
-its operator (docs/operations.md). Shared by `astrid mcp serve` and `astrid host run`.
+its operator (docs/operations.md). Shared by `astrid mcp serve` and `astrid host run`; `--client-trace`
+(what an MCP client's `traceparent` becomes) is `astrid mcp serve`'s alone.
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")  # JSON lines now
     observing.start()        # tracing from OTEL_* (or --otel), the /metrics listener: the banner's lines
@@ -50,6 +51,30 @@ def observability_options(function: Callable) -> Callable:
     )(function)
 
 
+# astrid.host.telemetry.tracing.CLIENT_TRACE, spelled out: the CLI's start imports no host module for it
+CLIENT_TRACE = ("parent", "link", "ignore")
+CLIENT_TRACE_SAID = {"parent": "is the parent", "link": "is a link, not the parent", "ignore": "is ignored"}
+
+
+def client_trace_option(function: Callable) -> Callable:
+    return click.option(
+        "--client-trace",
+        type=click.Choice(CLIENT_TRACE),
+        default=None,
+        help="What a client's W3C traceparent becomes: the parent of the request's span (parent), a link "
+        "of a new trace that your sampler decides on (link), or nothing (ignore) "
+        "[default: parent on stdio, link with --http].",
+    )(function)
+
+
+def client_trace_for(given: str | None, *, http: bool) -> str:
+    """`--client-trace`, else the default: a server facing others (HTTP) does not let its clients
+    choose the trace or the sampling; the one client of stdio is the user who started it."""
+    if given is not None:
+        return given
+    return "link" if http else "parent"
+
+
 def parse_metrics_address(address: str) -> tuple[str, int]:
     from astrid.cli.http_serve import parse_address
 
@@ -78,6 +103,7 @@ class Observability:
         self.service = service
         self.provider: Any = None
         self.listener: Any = None
+        self.client_trace: str | None = None  # `astrid mcp serve`: said on the tracing line
         if log_format == "json":  # first of all: every line after this one as JSON, an error below too
             output.use_json()
         if metrics_public and metrics_address is None:
@@ -106,7 +132,10 @@ class Observability:
         except setup.TelemetryConfigError as exc:
             raise UserError(str(exc)) from None
         if self.provider is not None:
-            lines.append(setup.describe(self.provider, os.environ))
+            line = setup.describe(self.provider, os.environ)
+            if self.client_trace is not None:
+                line += f"; a client's traceparent {CLIENT_TRACE_SAID[self.client_trace]} (--client-trace)"
+            lines.append(line)
         if self.metrics_address is not None:
             from astrid.host.telemetry import metrics
 

@@ -85,6 +85,7 @@ from astrid.host.mcp.stdio_wire import InputStop
 from astrid.host.mcp.tools import ResourceTools
 from astrid.host.mcp.updates import Subscriptions
 from astrid.host.telemetry import metrics, tracing
+from astrid.host.telemetry.setup import TelemetryConfigError
 from astrid.host.version import astrid_version
 
 log = logging.getLogger("astrid.host.mcp")
@@ -174,9 +175,16 @@ class AstridMcpServer:
         worker_threads: int | None = None,
         resource_tools: bool = False,
         subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
+        client_trace: str = "parent",
     ) -> None:
         check_version()  # the SDK internals we lean on were written for one mcp (sdk_internals.py)
+        if client_trace not in tracing.CLIENT_TRACE:
+            raise TelemetryConfigError(
+                f"client_trace {client_trace!r}: choose one of {', '.join(tracing.CLIENT_TRACE)} (--client-trace)"
+            )
         self.backend = backend
+        # What a client's `traceparent` becomes: the request span's parent, a link of a new trace, or nothing
+        self.client_trace = client_trace
         self.limits = limits
         self.ready_timeout_s = ready_timeout_s
         self.max_requests_per_principal = max_requests_per_principal
@@ -287,17 +295,21 @@ class AstridMcpServer:
         return result
 
     async def _observed(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
-        """One request as a span (a child of the client's `traceparent`) and as metrics."""
+        """One request as a span (in the client's trace, or linked to it: `client_trace`) and as metrics."""
         method = ctx.method
         started = time.perf_counter()
         status = "ok"
         attributes: dict[str, Any] | None = None
-        parent = None
+        parent: Any = None
+        links: list[Any] = []
         if tracing.on:
             attributes = _span_attributes(ctx, self._principal_or_none(ctx))
             # SEP-414: `_meta.traceparent` of the request, else the HTTP request's header
-            parent = tracing.extract(ctx.meta) or tracing.extract(_trace_headers(ctx))
-        with tracing.span(method, attributes, kind="server", parent=parent, record_exception=False) as span:
+            client = tracing.extract(ctx.meta) or tracing.extract(_trace_headers(ctx))
+            parent, links = tracing.from_client(client, self.client_trace)
+        with tracing.span(
+            method, attributes, kind="server", parent=parent, links=links, record_exception=False
+        ) as span:
             try:
                 result = await call_next(ctx)
                 if method == "tools/call" and _tool_failed(result):  # a failed tool call is a result, not an error

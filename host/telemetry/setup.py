@@ -23,9 +23,10 @@ The rest is the SDK's and its exporters', read from the same variables:
 (`http/protobuf`, the default, or `grpc`), the endpoint, headers, timeout,
 compression and certificates, `OTEL_SERVICE_NAME` and
 `OTEL_RESOURCE_ATTRIBUTES`, the sampler (`OTEL_TRACES_SAMPLER`, default
-parent-based always-on) and the batch processor (`OTEL_BSP_SCHEDULE_DELAY`,
-`OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`,
-`OTEL_BSP_EXPORT_TIMEOUT`). Spans are exported in batches on the
+parent-based always-on; its parent is an MCP client's span only with
+`--client-trace parent`: `tracing.from_client`) and the batch processor
+(`OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`,
+`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`). Spans are exported in batches on the
 processor's own thread, never on a request's path.
 """
 
@@ -44,7 +45,7 @@ _provider: Any = None
 
 
 class TelemetryConfigError(ValueError):
-    """An `OTEL_*` value astrid cannot honour (the message names the variable and the fix)."""
+    """An `OTEL_*` value (or another tracing setting) astrid cannot honour (the message names it and the fix)."""
 
 
 def wanted_exporters(env: Mapping[str, str], *, forced: bool = False) -> list[str]:

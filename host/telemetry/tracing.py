@@ -16,7 +16,11 @@ variables or `--otel`, or by a test with an in-memory exporter):
   (the bus's dispatchers carry it to the handler's thread: `attached(ctx)`);
 - `inject(headers)` / `extract(headers)`: the W3C `traceparent` (and
   `tracestate`) in a carrier: NATS message headers, an MCP request's
-  `_meta`, an HTTP request's headers.
+  `_meta`, an HTTP request's headers;
+- `from_client(ctx, mode)`: what a request's span starts from when the
+  context came from an MCP client, which astrid does not trust as it trusts
+  its own hops (`CLIENT_TRACE`: the client's span as the parent, or a new
+  trace that links to it, or a new trace that ignores it).
 
 The tracer belongs to the provider handed to `enable`; the global
 OpenTelemetry provider is left alone, so nothing else in the process (the
@@ -25,7 +29,7 @@ MCP SDK's own middleware, a library) starts exporting because astrid did.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,6 +39,12 @@ _tracer: Any = None
 _kinds: dict[str, Any] = {}
 
 INSTRUMENTATION = "astrid"
+
+# What an MCP client's `traceparent` becomes (`astrid mcp serve --client-trace`, docs/operations.md):
+# parent: the client's span is the request span's parent, so the client's trace and its sampled flag;
+# link: a new trace, sampled by the operator's sampler, whose root links to the client's span;
+# ignore: a new trace, nothing of the client's kept.
+CLIENT_TRACE = ("parent", "link", "ignore")
 
 
 class _NoSpan:
@@ -96,11 +106,13 @@ def span(
     *,
     kind: str = "internal",
     parent: Any = None,
+    links: Sequence[Any] = (),
     record_exception: bool = True,
 ) -> Any:
     """A context manager: a span current for the block (`NO_SPAN` while off).
 
-    `parent` is a context from `extract()`/`capture()`; None: the current one.
+    `parent` is a context from `extract()`/`capture()`/`from_client()`; None: the current one.
+    `links`: span links (from `from_client()`); the SDK's samplers never follow one.
     With `record_exception=False` an exception leaving the block is neither
     recorded nor turned into an error status (the caller says what it means).
     """
@@ -112,6 +124,7 @@ def span(
         context=parent,
         kind=_kinds[kind],
         attributes=attributes,
+        links=links,
         record_exception=record_exception,
         set_status_on_exception=record_exception,
     )
@@ -200,6 +213,23 @@ def extract(carrier: Mapping[str, Any] | None) -> Any:
     if not trace.get_current_span(ctx).get_span_context().is_valid:
         return None
     return ctx
+
+
+def from_client(client: Any, mode: str) -> tuple[Any, list[Any]]:
+    """(parent, links) for the span of a request whose MCP client sent the context `client`
+    (from `extract`; None: it sent none), as `mode` (one of `CLIENT_TRACE`) says.
+
+    Only for a client's context: astrid's own hops (NATS headers) stay parents, as `extract` gives them.
+    """
+    if mode == "parent" or not on:
+        return client, []
+    from opentelemetry import context, trace
+
+    # An empty context, not the current one: a trace of its own, so the sampler decides at its root.
+    root = context.Context()
+    if mode == "link" and client is not None:
+        return root, [trace.Link(trace.get_current_span(client).get_span_context())]
+    return root, []
 
 
 def current_ids() -> tuple[str, str] | None:

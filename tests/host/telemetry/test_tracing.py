@@ -3,7 +3,10 @@
 A real runtime (kernel, broker, wasmtime sandboxes, real capsules), the MCP
 SDK's own in-memory client against `AstridMcpServer`, and the OpenTelemetry
 SDK's in-memory exporter in place of OTLP (`setup.configure(exporter=...)`).
-The client's W3C `traceparent` travels in the request's `_meta` (SEP-414).
+The client's W3C `traceparent` travels in the request's `_meta` (SEP-414);
+with `client_trace="link"` (HTTP's default) it is a link of a new trace
+instead, with "ignore" nothing (tests/security/test_trace_sampling.py runs
+the sampling attack against a real server).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from astrid.host.capabilities.grants import GrantStore
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig, make_kernel
 from astrid.host.telemetry import setup, tracing
+from astrid.host.telemetry.setup import TelemetryConfigError
 from tests.e2e.builds import TEST_CAPSULES
 from tests.support.capsules import build_clean
 from tests.support.nats import nats_server
@@ -222,9 +226,11 @@ async def test_nothing_is_recorded_while_tracing_is_off(built, exporter, tmp_pat
     assert [s.name for s in finished(exporter)] == []
 
 
-async def test_the_trace_crosses_a_nats_hop(built, exporter, tmp_path, capsule_home) -> None:
+@pytest.mark.parametrize("client_trace", ["parent", "link"])
+async def test_the_trace_crosses_a_nats_hop(built, exporter, tmp_path, capsule_home, client_trace) -> None:
     """An MCP server and a capsule host joined by a real nats-server (both in this process, each with
-    its own NATS connection): the capsule host's spans join the client's trace through the headers."""
+    its own NATS connection): the capsule host's spans join the request's trace through the headers,
+    the client's own (parent) or the server's new one (link): astrid's own hops always parent."""
     with nats_server(tmp_path) as server:
         host = make_kernel(
             RuntimeConfig(capsule_paths=[built["docs"]], principal=None, bus_url=server.url()), role="capsules"
@@ -234,7 +240,8 @@ async def test_the_trace_crosses_a_nats_hop(built, exporter, tmp_path, capsule_h
             runtime = Runtime(RuntimeConfig(capsule_paths=[], principal="alice", bus_url=server.url()))
             runtime.start(background=False)
             try:
-                async with Client(AstridMcpServer(runtime, limits=runtime.limits).server) as client:
+                mcp_server = AstridMcpServer(runtime, limits=runtime.limits, client_trace=client_trace)
+                async with Client(mcp_server.server) as client:
                     read = await client.session.read_resource("astrid://docs/index", meta=META)
                     # both hops' receive spans end once the other side's handlers have
                     spans = await settled(
@@ -250,7 +257,7 @@ async def test_the_trace_crosses_a_nats_hop(built, exporter, tmp_path, capsule_h
             host.close()
     assert read.contents
     root = request_span(spans, "resources/read")
-    assert f"{root.context.trace_id:032x}" == TRACE_ID
+    assert (f"{root.context.trace_id:032x}" == TRACE_ID) is (client_trace == "parent")
     below = tree_under(spans, root)
     assert {s.context.trace_id for group in below.values() for s in group} == {root.context.trace_id}
     (round_,) = below["broker.read.round"]
@@ -268,3 +275,67 @@ async def test_the_trace_crosses_a_nats_hop(built, exporter, tmp_path, capsule_h
         s.attributes is not None and ".response.read." in str(s.attributes["messaging.destination.name"])
         for s in replies
     )
+
+
+# -- what a client's context becomes: `client_trace` ---------------------------------------------
+
+
+def linked_spans(span: ReadableSpan) -> list[tuple[str, str]]:
+    return [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in span.links]
+
+
+@pytest.mark.parametrize("client_trace", ["link", "ignore"])
+async def test_link_and_ignore_start_a_trace_of_the_servers_own(built, exporter, tmp_path, client_trace) -> None:
+    runtime = counter_runtime(built, tmp_path)
+    try:
+        server = AstridMcpServer(runtime, limits=runtime.limits, client_trace=client_trace)
+        async with Client(server.server) as client:
+            await client.session.read_resource("astrid://counter/visits", meta=META)
+            spans = await settled(exporter, lambda spans: read_calls(spans) == 1)
+    finally:
+        runtime.close()
+    root = request_span(spans, "resources/read")
+    assert root.parent is None and f"{root.context.trace_id:032x}" != TRACE_ID
+    assert linked_spans(root) == ([(TRACE_ID, CLIENT_SPAN)] if client_trace == "link" else [])
+    assert all(f"{s.context.trace_id:032x}" != TRACE_ID for s in spans)
+    # below the request span the tree is as with a parent: only the root's origin changed
+    below = tree_under(spans, root)
+    assert {"broker.read", "broker.read.round", "capsule.call", "capsule.run"} <= set(below)
+    assert {s.context.trace_id for group in below.values() for s in group} == {root.context.trace_id}
+
+
+async def test_a_link_leaves_sampling_to_the_operators_sampler(built, tmp_path, monkeypatch) -> None:
+    """The operator samples nothing; the client's context says "sampled". As a parent it would be
+    obeyed (the parent-based sampler follows its parent); as a link it is not."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    found = InMemorySpanExporter()
+    assert setup.configure({}, exporter=found) is not None  # the SDK reads the sampler from the environment
+    runtime = counter_runtime(built, tmp_path)
+    try:
+        for client_trace in ("link", "parent"):
+            async with Client(AstridMcpServer(runtime, limits=runtime.limits, client_trace=client_trace).server) as c:
+                await c.session.read_resource("astrid://counter/visits", meta=META)
+            if client_trace == "link":
+                assert finished(found) == []  # flushed: nothing was sampled
+        # the same read with the client's span as the parent: the client decided (the read's call ends
+        # just after its reply went out: wait for it)
+        spans = await settled(found, lambda spans: read_calls(spans) == 1)
+    finally:
+        runtime.close()
+        setup.shutdown()
+    assert {f"{s.context.trace_id:032x}" for s in spans} == {TRACE_ID}
+
+
+def test_an_unknown_client_trace_is_refused() -> None:
+    with pytest.raises(TelemetryConfigError, match=r"client_trace 'trust': choose one of parent, link, ignore"):
+        AstridMcpServer(cast(Runtime, None), client_trace="trust")
+
+
+def test_the_command_lines_choices_are_the_hosts() -> None:
+    from astrid.cli.observe import CLIENT_TRACE, client_trace_for
+
+    assert CLIENT_TRACE == tracing.CLIENT_TRACE
+    # a server facing others links; stdio's one client is the user who started it; the flag wins
+    assert (client_trace_for(None, http=True), client_trace_for(None, http=False)) == ("link", "parent")
+    assert client_trace_for("parent", http=True) == "parent" and client_trace_for("ignore", http=False) == "ignore"
