@@ -82,7 +82,12 @@ class Membership:
                     await groups.sync({entry.rpartition("@")[2] for entry in capsules})
                 except Exception as exc:  # beat on regardless: a host that stops beating is taken for dead
                     self._sync_failed(exc)
-            beat = {"host": self._host_id, "role": self._role, "capsules": capsules, "groups": sorted(groups.grouped)}
+            beat: dict[str, object] = {
+                "host": self._host_id,
+                "role": self._role,
+                "capsules": capsules,
+                "groups": sorted(groups.grouped),
+            }
             if claims:
                 beat["claims"] = claims
             if self._connection.connected and not self._connection.closed:

@@ -12,7 +12,6 @@ import base64
 import hashlib
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -120,7 +119,7 @@ def test_hosts_that_claim_different_identities_for_one_capsule_prove_nothing(cla
 
 def test_a_publisher_no_longer_trusted_here_loses_its_capsules_namespaces_at_once(claim, source_id, trusted):
     identities = _identities(trusted, {source_id: (claim,)})
-    assert identities(source_id).signed  # type: ignore[union-attr]
+    assert identities(source_id).signed
     trusted.remove("acme")
     assert identities(source_id) == LOCAL  # checked again: the trust store changed
 
