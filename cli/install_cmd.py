@@ -1,9 +1,11 @@
 """`astrid capsule install|remove`: capsules from artifact files and OCI registries into the capsule home.
 
-Install verifies before it writes anything, shows the operator what the
-capsule is and asks for, and installs on `--yes` or an interactive yes. It
-records each install in `capsules.lock`; `install --locked` installs exactly
-those bytes again (by digest) or nothing.
+Install verifies before it writes anything, refuses a version older than
+one of the same publisher installed here before (`--allow-downgrade` lets it
+through, loudly), shows the operator what the capsule is and asks for, and
+installs on `--yes` or an interactive yes. It records each install in
+`capsules.lock`; `install --locked` installs exactly those bytes again (by
+digest, signed by the locked key) or nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ def _lock(lock_file: Path | None):
     return LockFile(lock_file.expanduser() if lock_file is not None else default_lock_file())
 
 
+def _versions():
+    from astrid.host.identity.versions import VersionMemory, default_versions_file
+
+    return VersionMemory(default_versions_file())
+
+
 def _home() -> Path:
     from astrid.host.settings import default_capsule_home
 
@@ -49,6 +57,11 @@ lock_option = click.option(
 @click.option("--yes", "-y", is_flag=True, help="Install without asking (what it asks for is still shown).")
 @click.option("--locked", is_flag=True, help="Install exactly what the lock file pins, by digest, and nothing else.")
 @click.option("--allow-unsigned", is_flag=True, help="Also install an artifact nobody signed (loudly).")
+@click.option(
+    "--allow-downgrade",
+    is_flag=True,
+    help="Also install a version older than one installed before, or the same version with other bytes (loudly).",
+)
 @click.option("--plain-http", is_flag=True, help="Speak plain HTTP to a registry that is not on loopback.")
 @lock_option
 @trust_option
@@ -57,6 +70,7 @@ def capsule_install(
     yes: bool,
     locked: bool,
     allow_unsigned: bool,
+    allow_downgrade: bool,
     plain_http: bool,
     lock_file: Path | None,
     trust_file: Path | None,
@@ -67,44 +81,68 @@ def capsule_install(
     or `oci://HOST[:PORT]/REPO@sha256:DIGEST`. The signature is checked against
     your trusted publishers (`astrid trust add`) before anything is written;
     then you see the publisher, digest, namespaces and what it asks for, and
-    approve. A registry on localhost is spoken to over plain HTTP, any other
-    over HTTPS. A running `astrid mcp serve` picks the capsule up by itself.
+    approve. A version older than one of the same publisher installed here
+    before (or the same version with other bytes) is refused unless
+    --allow-downgrade. A registry on localhost is spoken to over plain HTTP,
+    any other over HTTPS. A running `astrid mcp serve` picks the capsule up by
+    itself.
     """
     from astrid.host.identity.install import fetch, plan_install
 
-    trust, lock, home = trust_store(trust_file), _lock(lock_file), _home()
+    trust, lock, home, versions = trust_store(trust_file), _lock(lock_file), _home(), _versions()
     if locked:
         if source is not None:
             raise UserError("--locked installs what the lock file pins: give no SOURCE with it")
-        _install_locked(trust, lock, home, yes=yes, allow_unsigned=allow_unsigned, plain_http=plain_http)
+        _install_locked(
+            trust,
+            lock,
+            home,
+            versions,
+            yes=yes,
+            allow_unsigned=allow_unsigned,
+            allow_downgrade=allow_downgrade,
+            plain_http=plain_http,
+        )
         return
     if source is None:
         raise UserError("give a SOURCE (a .capsule file or oci://HOST/REPO:TAG), or --locked")
     _say(f"fetching {source} ...")
     fetched = fetch(source, plain_http=plain_http)
-    plan = plan_install(fetched, trust, home, allow_unsigned=allow_unsigned)
+    plan = plan_install(fetched, trust, home, versions, allow_unsigned=allow_unsigned, allow_downgrade=allow_downgrade)
     _approve([plan], yes)
-    _install(plan, trust, lock)
+    _install(plan, trust, lock, versions)
 
 
-def _install_locked(trust, lock, home: Path, *, yes: bool, allow_unsigned: bool, plain_http: bool) -> None:
-    from astrid.host.identity.install import fetch_locked, installed_component, plan_install
+def _install_locked(
+    trust, lock, home: Path, versions, *, yes: bool, allow_unsigned: bool, allow_downgrade: bool, plain_http: bool
+) -> None:
+    from astrid.host.identity.install import fetch_locked, installed_as_locked, plan_install
 
     entries = lock.entries()
     if not entries:
         raise UserError(f"{lock.path} pins no capsules: install some first, or give --lock FILE")
     plans = []
     for entry in entries:
-        if installed_component(home / entry.name) == entry.component:
+        if installed_as_locked(home / entry.name, entry):
             _say(f"{entry.name} {entry.version}: installed as locked")
             continue
         _say(f"fetching {entry.name} {entry.version} from {entry.source} ...")
-        fetched = fetch_locked(entry, plain_http=plain_http)
-        plans.append(plan_install(fetched, trust, home, allow_unsigned=allow_unsigned or entry.key is None))
+        fetched = fetch_locked(entry, allow_unsigned=allow_unsigned, plain_http=plain_http)
+        plans.append(
+            plan_install(
+                fetched,
+                trust,
+                home,
+                versions,
+                allow_unsigned=allow_unsigned,
+                allow_downgrade=allow_downgrade,
+                locked=entry,
+            )
+        )
     if plans:
         _approve(plans, yes)
         for plan in plans:
-            _install(plan, trust, lock)
+            _install(plan, trust, lock, versions)
 
 
 def _approve(plans, yes: bool) -> None:
@@ -114,6 +152,11 @@ def _approve(plans, yes: bool) -> None:
             click.echo(f"  {line}", err=True)
         if not plan.capsule.signed:
             _say("WARNING: this capsule is UNSIGNED (--allow-unsigned): nothing says who wrote it")
+        if plan.downgrade is not None:
+            _say(
+                f"WARNING: this is a DOWNGRADE (--allow-downgrade): {plan.downgrade}; "
+                f"the grants of {plan.capsule.name} now apply to this code"
+            )
     click.echo("", err=True)
     if yes:
         return
@@ -123,10 +166,10 @@ def _approve(plans, yes: bool) -> None:
         raise UserError("not installed")
 
 
-def _install(plan, trust, lock) -> None:
+def _install(plan, trust, lock, versions) -> None:
     from astrid.host.identity.install import install
 
-    target = install(plan, trust, lock)
+    target = install(plan, trust, lock, versions)
     capsule = plan.capsule
     _say(f"installed {capsule.name} {capsule.version} into {target} ({capsule.signer_text()})")
     asks = capsule.capabilities.specs()

@@ -49,3 +49,12 @@ class NamespaceTaken(TrustError):
 
 class LockError(IdentityError):
     """A capsule lock file that cannot be used, or a locked install whose bytes do not match."""
+
+
+class VersionError(IdentityError):
+    """A version memory file (the highest version installed per publisher and capsule) that cannot be used."""
+
+
+class Downgrade(VersionError):
+    """An install refused for its version: older than one installed before, not comparable with it,
+    or the same version with other bytes (a replayed release?). `--allow-downgrade` lets it through."""

@@ -1,14 +1,24 @@
 """Installing a capsule artifact into the capsule home: fetch, verify, show, then write.
 
     fetched = fetch("oci://127.0.0.1:5000/notes:1.0")       # or a .capsule file
-    plan = plan_install(fetched, trust, home)                # verified in memory; nothing written yet
+    plan = plan_install(fetched, trust, home, versions)      # verified in memory; nothing written yet
     plan.summary()                                           # what the operator approves
-    install(plan, trust, lock)                               # namespaces bound, files written, lock recorded
+    install(plan, trust, lock, versions)                     # namespaces, version memory, files, lock written
 
 Nothing is unpacked before the signature, the digests and the namespaces
 check out (`verify_artifact`). A capsule replaces an installed one of the same
 name only when both come from the same publisher key: anything else (a local
 folder, another publisher) must be removed first, by the operator.
+
+No silent downgrade (`host/identity/versions.py`): a signed capsule older than
+the one installed now, or than the highest one of its publisher ever installed
+here, or the same version with other bytes, is refused unless the caller
+allows it (`allow_downgrade`, `--allow-downgrade`), and the plan then says so.
+
+`install --locked` (`fetch_locked`, then `plan_install(..., locked=entry)`)
+runs nothing the lock entry does not describe: an unsigned entry needs
+`allow_unsigned` like any unsigned artifact, and the artifact fetched must be
+signed by the entry's key and carry its name, version and component.
 """
 
 from __future__ import annotations
@@ -21,10 +31,12 @@ from pathlib import Path
 
 from astrid.host.identity.artifact import read_file, sha256
 from astrid.host.identity.errors import ArtifactError, IdentityError, LockError
+from astrid.host.identity.keys import short_fingerprint
 from astrid.host.identity.lockfile import Locked, LockFile
 from astrid.host.identity.oci import pull
 from astrid.host.identity.signing import VerifiedArtifact, VerifiedCapsule, verify_artifact
 from astrid.host.identity.trust import TrustStore
+from astrid.host.identity.versions import Release, VersionMemory, reason_to_refuse, refused
 from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from astrid.host.kernel.provenance import IDENTITY_FILE
 
@@ -53,7 +65,9 @@ class Plan:
     verified: VerifiedArtifact
     fetched: Fetched
     target: Path  # the capsule's folder in the capsule home
-    replaces: str | None  # the version it upgrades (same publisher key), or None: a new install
+    replaces: str | None  # the version installed now that it replaces (same publisher key), or None: a new install
+    allow_downgrade: bool = False  # the caller lets an older version (or other bytes of the same one) through
+    downgrade: str | None = None  # why it is not an upgrade, when allow_downgrade let it through: shown loudly
 
     @property
     def capsule(self) -> VerifiedCapsule:
@@ -74,6 +88,8 @@ class Plan:
             f"subscribes  {', '.join(capsule.subscribe) or 'nothing'}",
             f"installs to {self.target}",
         ]
+        if self.downgrade is not None:
+            lines.insert(1, f"DOWNGRADE   {self.downgrade} (let through by --allow-downgrade)")
         if capsule.signed and not capsule.namespaces:
             lines.append("note        it claims no namespace, so as a signed capsule it can serve no resource")
         return lines
@@ -85,15 +101,70 @@ def _publisher(capsule: VerifiedCapsule) -> str:
     return f"{capsule.publisher} (key {capsule.key_fingerprint[:16]})"
 
 
-def plan_install(fetched: Fetched, trust: TrustStore, home: Path, *, allow_unsigned: bool = False) -> Plan:
-    """Verify `fetched` (in memory) and decide where it goes; raises an `IdentityError` naming the cause."""
+def plan_install(
+    fetched: Fetched,
+    trust: TrustStore,
+    home: Path,
+    versions: VersionMemory,
+    *,
+    allow_unsigned: bool = False,
+    allow_downgrade: bool = False,
+    locked: Locked | None = None,
+) -> Plan:
+    """Verify `fetched` (in memory), check it against the lock entry it was fetched for (`locked`) and against
+    the versions installed before, and decide where it goes; raises an `IdentityError` naming the cause."""
     verified = verify_artifact(fetched.data, trust, allow_unsigned=allow_unsigned, source=fetched.source)
     capsule = verified.capsule
+    if locked is not None:
+        check_locked(locked, capsule, fetched.source)
     target = Path(home) / capsule.name
     replaces = None
     if target.exists() or target.is_symlink():
         replaces = _replaceable(target, capsule)
-    return Plan(verified, fetched, target, replaces)
+    downgrade = _downgrade(capsule, target if replaces is not None else None, versions)
+    if downgrade is not None and not allow_downgrade:
+        raise refused(downgrade)
+    return Plan(verified, fetched, target, replaces, allow_downgrade, downgrade)
+
+
+def release_of(capsule: VerifiedCapsule) -> Release:
+    return Release(capsule.version, capsule.digest, f"sha256:{capsule.manifest_sha256}")
+
+
+def _downgrade(capsule: VerifiedCapsule, installed: Path | None, versions: VersionMemory) -> str | None:
+    """Why `capsule` is not an upgrade of the one `installed` now (same key) nor of the highest release of its
+    publisher installed here before; None when it is (or when it is unsigned: no publisher, nothing to compare)."""
+    if capsule.publisher is None:
+        return None
+    new = release_of(capsule)
+    if installed is not None:
+        now = _installed_release(installed)
+        reason = reason_to_refuse(capsule.name, new, now, "installed now") if now else None
+        if reason is not None:
+            return reason
+    return versions.reason_to_refuse(capsule.publisher, capsule.name, new)
+
+
+def check_locked(entry: Locked, capsule: VerifiedCapsule, source: str) -> None:
+    """The artifact fetched for lock entry `entry` is the capsule the entry describes: signed by its key
+    (or unsigned when the entry says so), with its name, version and component. A lock file is a record
+    of installs, not a way around them."""
+    for what, pinned, found in (
+        ("signing key", _key_text(entry.key), _key_text(capsule.key_fingerprint)),
+        ("name", entry.name, capsule.name),
+        ("version", entry.version, capsule.version),
+        ("component", entry.component, capsule.digest),
+    ):
+        if pinned != found:
+            raise LockError(
+                f"{entry.name}: the lock file pins {what} {pinned}, but {source} holds {what} {found}; nothing "
+                f"installed. Restore the lock entry, or install the artifact on purpose with "
+                f"`astrid capsule install {source}`"
+            )
+
+
+def _key_text(fingerprint: str | None) -> str:
+    return short_fingerprint(fingerprint) if fingerprint else "none (unsigned)"
 
 
 def _replaceable(target: Path, capsule: VerifiedCapsule) -> str:
@@ -114,23 +185,24 @@ def _replaceable(target: Path, capsule: VerifiedCapsule) -> str:
 
 
 def _installed_key(folder: Path) -> str | None:
-    import json
-
     try:
-        document = json.loads((folder / IDENTITY_FILE).read_bytes())
+        document = _identity(folder)
         signature = document.get("signature") or {}
         signatures = signature.get("signatures") or [{}]
         key = signatures[0].get("keyid")
-    except (OSError, ValueError, AttributeError, IndexError):
+    except (OSError, ValueError, AttributeError, IndexError, TypeError):
         return None
     return key if isinstance(key, str) else None
 
 
-def install(plan: Plan, trust: TrustStore, lock: LockFile) -> Path:
-    """Bind the namespaces, write the capsule into its folder (replacing an upgrade in one rename), record it."""
+def install(plan: Plan, trust: TrustStore, lock: LockFile, versions: VersionMemory) -> Path:
+    """Bind the namespaces, remember the version, write the capsule into its folder (replacing an upgrade in
+    one rename), record it in the lock file."""
     capsule = plan.capsule
     if capsule.key_fingerprint is not None and capsule.namespaces:
         trust.claim(capsule.namespaces, capsule.key_fingerprint, capsule=capsule.name)
+    if capsule.publisher is not None:  # before the files: a crash between never leaves a newer capsule unremembered
+        versions.remember(capsule.publisher, capsule.name, release_of(capsule), allow_downgrade=plan.allow_downgrade)
     staged = plan.target.with_name(f".{plan.target.name}.{secrets.token_hex(6)}.new")
     plan.verified.install(staged)
     old = None
@@ -160,8 +232,14 @@ def install(plan: Plan, trust: TrustStore, lock: LockFile) -> Path:
     return plan.target
 
 
-def fetch_locked(entry: Locked, *, plain_http: bool = False) -> Fetched:
-    """The locked artifact from its source, refused unless its bytes have the locked digest."""
+def fetch_locked(entry: Locked, *, allow_unsigned: bool = False, plain_http: bool = False) -> Fetched:
+    """The locked artifact from its source, refused unless its bytes have the locked digest; an entry
+    pinning an unsigned artifact is refused before anything is fetched unless `allow_unsigned`."""
+    if entry.key is None and not allow_unsigned:
+        raise LockError(
+            f'{entry.name}: the lock file pins an unsigned artifact ("key": null), which installs only with '
+            "--allow-unsigned, as any unsigned artifact does; nothing installed"
+        )
     fetched = fetch(entry.source, plain_http=plain_http)
     if fetched.artifact_digest != entry.artifact:
         raise LockError(
@@ -172,15 +250,44 @@ def fetch_locked(entry: Locked, *, plain_http: bool = False) -> Fetched:
     return fetched
 
 
-def installed_component(folder: Path) -> str | None:
-    """`sha256:<hex>` of the component an install put in `folder` (from its identity.json), if any."""
-    import json
+def installed_as_locked(folder: Path, entry: Locked) -> bool:
+    """Whether `folder` holds what `entry` pins: its version and component, signed by its key (or unsigned).
+    The component alone is not enough: two versions may share it and differ in their Capsule.toml."""
+    release = _installed_release(folder)
+    return (
+        release is not None
+        and (release.version, release.component) == (entry.version, entry.component)
+        and _installed_key(folder) == entry.key
+    )
 
+
+def _installed_release(folder: Path) -> Release | None:
+    """The release an install put in `folder`, from its identity.json (digests None when it is damaged)."""
     try:
-        document = json.loads((folder / IDENTITY_FILE).read_bytes())
-        return f"sha256:{document['metadata']['component']['sha256']}"
+        metadata = _identity(folder)["metadata"]
+        version = metadata["version"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not isinstance(version, str):
+        return None
+
+    def digest(part: str) -> str | None:
+        try:
+            return f"sha256:{metadata[part]['sha256']}"
+        except (KeyError, TypeError):
+            return None
+
+    return Release(version, digest("component"), digest("manifest"))
+
+
+def _identity(folder: Path) -> dict:
+    """The identity.json an install wrote into `folder` (OSError, ValueError or TypeError when it cannot be read)."""
+    import json
+
+    document = json.loads((folder / IDENTITY_FILE).read_bytes())
+    if not isinstance(document, dict):
+        raise TypeError("identity.json is not an object")
+    return document
 
 
 def remove_installed(home: Path, name: str, lock: LockFile) -> Path:

@@ -9,7 +9,12 @@
 fetches each entry from its source (an OCI source by its manifest digest,
 never by a tag that may have moved) and installs it only when the bytes
 fetched have the locked artifact digest. An owner-only file: whoever can
-edit it chooses what the next `--locked` install runs.
+edit it chooses what the next `--locked` install runs, among what install
+would accept anyway: an entry is no way around the checks (install.py's
+`fetch_locked` and `check_locked`). An unsigned entry (`key` null) needs
+`--allow-unsigned`; the artifact fetched must be signed by the entry's key
+and carry its name, version and component; and an entry older than the
+highest version installed here needs `--allow-downgrade` (versions.py).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -197,3 +198,30 @@ def test_the_real_astrid_command(workdir: Path) -> None:
     assert verified.returncode == 0 and "signed by: publisher acme" in verified.stdout, verified.stderr
     refused = run("trust", "add", "nonsense", "--publisher", "x")
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+
+
+def test_install_refuses_an_older_version_in_one_line_and_allow_downgrade_says_so_loudly(
+    workdir: Path, astrid: Astrid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASTRID_CAPSULE_HOME", str(workdir / "home"))
+    public = astrid("key", "new", "alice")[1].strip()
+    astrid("trust", "add", public, "--publisher", "acme")
+    manifest = workdir / "notes" / "Capsule.toml"
+    for version in ("0.3.0", "0.2.0"):
+        manifest.write_text(MANIFEST.replace('version = "0.3.0"', f'version = "{version}"'))
+        assert astrid("capsule", "pack", "notes", "-o", f"notes-{version}.capsule")[0] == 0
+        assert astrid("capsule", "sign", f"notes-{version}.capsule", "--key", "alice")[0] == 0
+    code, _, err = astrid("capsule", "install", "notes-0.3.0.capsule", "--yes")
+    assert code == 0, err
+
+    code, _, err = astrid("capsule", "install", "notes-0.2.0.capsule", "--yes")
+    line = one_error_line(err.replace("astrid: fetching notes-0.2.0.capsule ...\n", ""))
+    assert "notes 0.2.0 is older than notes 0.3.0, installed now" in line and "--allow-downgrade" in line
+
+    code, _, err = astrid("capsule", "install", "notes-0.2.0.capsule", "--yes", "--allow-downgrade")
+    assert code == 0, err
+    assert "  DOWNGRADE   notes 0.2.0 is older than notes 0.3.0, installed now" in err
+    assert "astrid: WARNING: this is a DOWNGRADE (--allow-downgrade)" in err
+    memory = workdir / "config" / "capsule-versions.json"
+    assert stat.S_IMODE(os.stat(memory).st_mode) == 0o600
+    assert json.loads(memory.read_text())["publishers"]["acme"]["notes"]["version"] == "0.3.0"

@@ -14,6 +14,7 @@ from astrid.host.identity.install import Fetched, fetch, fetch_locked, install, 
 from astrid.host.identity.keys import SigningKey
 from astrid.host.identity.lockfile import Locked, LockFile
 from astrid.host.identity.trust import TrustStore
+from astrid.host.identity.versions import VersionMemory
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
 from tests.host.identity.conftest import MANIFEST, make_capsule
@@ -27,8 +28,9 @@ def _fetched(data: bytes, tmp_path: Path) -> Fetched:
 
 
 def _installed(signed: bytes, trusted: TrustStore, tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    return install(plan_install(_fetched(signed, tmp_path), trusted, home), trusted, LockFile(tmp_path / "lock"))
+    home, versions = tmp_path / "home", VersionMemory(tmp_path / "versions.json")
+    plan = plan_install(_fetched(signed, tmp_path), trusted, home, versions)
+    return install(plan, trusted, LockFile(tmp_path / "lock"), versions)
 
 
 def test_an_installed_capsule_is_its_publisher_and_claims_its_namespaces(signed, trusted, alice, tmp_path):
@@ -80,23 +82,23 @@ def test_the_authority_confines_signed_capsules_to_their_namespaces_and_keeps_ot
 def test_an_upgrade_replaces_only_an_install_by_the_same_key(signed, packed, trusted, mallory: SigningKey, tmp_path):
     from astrid.host.identity.signing import sign_artifact
 
-    home, lock = tmp_path / "home", LockFile(tmp_path / "lock")
-    install(plan_install(_fetched(signed, tmp_path), trusted, home), trusted, lock)
-    again = plan_install(_fetched(signed, tmp_path), trusted, home)
-    assert again.replaces == "1.2.0"
-    install(again, trusted, lock)
+    home, lock, versions = tmp_path / "home", LockFile(tmp_path / "lock"), VersionMemory(tmp_path / "versions.json")
+    install(plan_install(_fetched(signed, tmp_path), trusted, home, versions), trusted, lock, versions)
+    again = plan_install(_fetched(signed, tmp_path), trusted, home, versions)
+    assert again.replaces == "1.2.0" and again.downgrade is None  # the same bytes again: a reinstall
+    install(again, trusted, lock, versions)
     trusted.add(mallory.public, "mallory")
     rival = sign_artifact(packed, mallory)
     with pytest.raises(AstridError):  # its namespaces are acme's; and the folder is acme's install
-        plan_install(_fetched(rival, tmp_path), trusted, home)
+        plan_install(_fetched(rival, tmp_path), trusted, home, versions)
     assert [entry.name for entry in lock.entries()] == ["notes"]
     remove_installed(home, "notes", lock)
     assert not (home / "notes").exists() and lock.entries() == []
 
 
 def test_the_lock_file_records_installs_and_refuses_other_bytes(signed, packed, trusted, tmp_path):
-    lock = LockFile(tmp_path / "lock")
-    install(plan_install(_fetched(signed, tmp_path), trusted, tmp_path / "home"), trusted, lock)
+    lock, versions = LockFile(tmp_path / "lock"), VersionMemory(tmp_path / "versions.json")
+    install(plan_install(_fetched(signed, tmp_path), trusted, tmp_path / "home", versions), trusted, lock, versions)
     (entry,) = lock.entries()
     assert entry.publisher == "acme" and entry.artifact.startswith("sha256:") and entry.component.startswith("sha256:")
     assert fetch_locked(entry).data == signed
