@@ -204,16 +204,37 @@ class IdentityTuning:
     # an OCI registry: to connect, then each read
     oci_connect_timeout_s: float = 10.0
     oci_read_timeout_s: float = 120.0
+    # a whole pull or push, plus the time the artifact's declared size takes at the minimum
+    # rate ($ASTRID_OCI_DEADLINE overrides it; `identity/oci_deadline.py`)
+    oci_deadline_s: float = 300.0
+    # while a registry body arrives: at least this many bytes a second ($ASTRID_OCI_MIN_RATE;
+    # 0 turns it off), averaged over the window, so a shorter stall passes
+    oci_min_rate_bytes_per_s: float = 8192.0
+    oci_rate_window_s: float = 60.0
 
 
 @dataclass(frozen=True)
 class TelemetryTuning:
-    """Metrics' label cardinality (`telemetry/metrics.py`)."""
+    """Metrics' label cardinality (`telemetry/metrics.py`) and their listener's bounds (`telemetry/listener.py`)."""
 
     # principals named in the session and stream gauges (the rest summed as `_other`)
     top_principals: int = 10
     # capsule names used as labels (later ones counted as `_other`)
     capsule_labels: int = 200
+    # metrics connections open at once (at most a sixteenth of the open-file limit): far inside the
+    # descriptors the MCP front door keeps free (`McpTuning.reserved_fds`); at the cap the oldest
+    # one still waiting for its request head makes room
+    metrics_connections: int = 32
+    # threads answering complete requests (a scrape is one collection, milliseconds)
+    metrics_threads: int = 2
+    # a connection's request head must be complete this long after it was accepted ...
+    metrics_header_timeout_s: float = 3.0
+    # ... no longer than this (bytes) ...
+    metrics_head_bytes: int = 8 * 1024
+    # ... and its answer written within this
+    metrics_answer_timeout_s: float = 5.0
+    # how often open metrics connections are checked against the head deadline
+    metrics_sweep_every_s: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,12 @@ What is checked on pull, none of it trusting the registry:
   type (and our `artifactType` if it names one);
 - the layer's bytes hash to the digest and size the manifest gives;
 - nothing larger than the caps is read (4 MiB for a manifest, `max_bytes`,
-  256 MiB by default, for the artifact): a registry cannot fill memory.
+  256 MiB by default, for the artifact, 1 MiB for any other answer: the
+  `/v2/` check, a token, an error): a registry cannot fill memory;
+- nothing takes longer than the transfer's deadline, and no body arrives
+  slower than its minimum rate (`oci_deadline.py`): a registry cannot hold a
+  command forever, whether it trickles its headers or its body or never
+  answers at all.
 
 Transport: a registry on loopback (`localhost`, `127.0.0.0/8`, `::1`) is
 spoken to over plain HTTP, as other OCI tools do; any other over HTTPS
@@ -32,7 +37,8 @@ docker config `~/.docker/config.json`: `auths`, `credsStore`,
 `credHelpers`, as `docker login` or `oras login` write it; a token
 registry's anonymous tokens), its URL building and blob upload. What is
 added over its session: one try per request with a timeout (oras retries
-every failure five times, sleeping up to 83 s), a manifest built with
+every failure five times, sleeping up to 83 s), the whole operation under
+one deadline and minimum rate, every body read capped, a manifest built with
 `artifactType` and put as exact bytes (so its digest is ours, not the
 registry's word), reading with size caps and the digest checks above,
 Basic-auth registries (picked from the `/v2/` challenge), and errors as
@@ -58,8 +64,10 @@ from typing import Any
 import oras.container  # type: ignore[import-untyped]
 import oras.provider  # type: ignore[import-untyped]
 import requests
+import urllib3
 
 from astrid.host.errors import IdentityError
+from astrid.host.identity.oci_deadline import TooSlow, Transfer, TransferLimits, WatchedAdapter
 from astrid.host.tuning import IDENTITY_TUNING
 
 log = logging.getLogger(__name__)
@@ -85,6 +93,8 @@ TITLE_ANNOTATION = "org.opencontainers.image.title"
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # what containerd and distribution allow a manifest
+MAX_ANSWER_BYTES = 1024 * 1024  # any other body: the /v2/ check, a token, an error, an upload's answer
+_READ_SIZE = 1024 * 1024
 
 EXAMPLES = "e.g. oci://registry.example.com/team/notes:1.0 or oci://127.0.0.1:5000/notes@sha256:<64 hex>"
 
@@ -230,11 +240,26 @@ class _AuthFailed(Exception):
 
 
 class _Session(requests.Session):
-    """oras's session, with a timeout on every request (oras sets none)."""
+    """oras's session inside one `Transfer`: every request timed out (oras sets no timeout), its sockets
+    watched, and every body read capped (requests would read one it was not asked to stream whole)."""
 
-    def request(self, method, url, *args, **kwargs):
-        kwargs.setdefault("timeout", (IDENTITY_TUNING.oci_connect_timeout_s, IDENTITY_TUNING.oci_read_timeout_s))
-        return super().request(method, url, *args, **kwargs)
+    def __init__(self, ref: OciRef, transfer: Transfer) -> None:
+        super().__init__()
+        self.ref, self.transfer = ref, transfer
+        for prefix in ("https://", "http://"):
+            self.mount(prefix, WatchedAdapter())
+
+    def request(self, method, url, *args, stream=False, **kwargs):
+        tuning = IDENTITY_TUNING
+        kwargs["timeout"] = self.transfer.timeouts(tuning.oci_connect_timeout_s, tuning.oci_read_timeout_s)
+        self.transfer.requesting(method, url)
+        response = super().request(method, url, *args, stream=True, **kwargs)
+        self.transfer.check()  # headers cut short by the watchdog can still parse as an answer
+        if not stream:
+            what = f"the answer to {self.transfer.request}"
+            body = _read_capped(response, MAX_ANSWER_BYTES, self.ref, what, self.transfer)
+            response._content, response._content_consumed = body, True
+        return response
 
 
 # oras wraps Registry.do_request in `decorator.retry()`: five tries, sleeping 3 s to 83 s between
@@ -243,9 +268,9 @@ _DO_REQUEST_ONCE = getattr(oras.provider.Registry.do_request, "__wrapped__", ora
 
 
 class _Client(oras.provider.Registry):
-    def __init__(self, ref: OciRef, *, plain_http: bool, auth_backend: str) -> None:
+    def __init__(self, ref: OciRef, transfer: Transfer, *, plain_http: bool, auth_backend: str) -> None:
         super().__init__(hostname=ref.registry, insecure=plain_http, auth_backend=auth_backend)
-        session = _Session()
+        session = _Session(ref, transfer)
         session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # as oras does
         self.session = session
         self.auth.session = session
@@ -266,7 +291,7 @@ class _Client(oras.provider.Registry):
         return f"{self.prefix}://{self.container.registry}/v2/{self.container.repository}/{path}"
 
 
-def _connect(ref: OciRef, plain_http: bool) -> _Client:
+def _connect(ref: OciRef, plain_http: bool, transfer: Transfer) -> _Client:
     """A client for `ref`'s registry, with the credentials oras finds for it, after one `GET /v2/`."""
     insecure = plain_http or ref.is_loopback
     if plain_http and not ref.is_loopback:
@@ -275,11 +300,11 @@ def _connect(ref: OciRef, plain_http: bool) -> _Client:
             "only digests and signatures protect what arrives",
             ref.registry,
         )
-    client = _Client(ref, plain_http=insecure, auth_backend="token")
+    client = _Client(ref, transfer, plain_http=insecure, auth_backend="token")
     ping = client.session.get(f"{client.prefix}://{ref.registry}/v2/", allow_redirects=False)
     challenge = ping.headers.get("Www-Authenticate", "")
     if ping.status_code == 401 and challenge.lower().startswith("basic"):
-        client = _Client(ref, plain_http=insecure, auth_backend="basic")
+        client = _Client(ref, transfer, plain_http=insecure, auth_backend="basic")
         client.auth.load_configs(client.container)
         if not getattr(client.auth, "_basic_auth", None):
             raise OciError(f"{ref}: the registry asks for a login: {_LOGIN_HINT.format(registry=ref.registry)}")
@@ -339,28 +364,52 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
 
 
 @contextmanager
-def _one_line_errors(ref: OciRef) -> Iterator[None]:
-    """Turn what requests and oras raise into one `OciError` line naming the reference and the cause."""
+def _transfer(ref: OciRef, verb: str) -> Iterator[Transfer]:
+    """One pull or push of `ref` under its deadline and minimum rate; what fails in it, one `OciError` line."""
+    try:
+        limits = TransferLimits.from_env()
+    except ValueError as exc:
+        raise OciError(f"{ref}: {exc}") from None
+    with Transfer(limits, verb) as transfer, _one_line_errors(ref, transfer):
+        yield transfer
+
+
+@contextmanager
+def _one_line_errors(ref: OciRef, transfer: Transfer) -> Iterator[None]:
+    """Turn what requests, urllib3 and oras raise into one `OciError` line naming the reference and the cause."""
     try:
         yield
-    except OciError:
-        raise
-    except _AuthFailed as exc:
-        raise OciError(
+    except Exception as exc:
+        if transfer.broken is not None:  # whatever a cut socket made fail, the cause is the limit
+            raise OciError(f"{ref}: {transfer.broken}") from None
+        one_line = _as_one_line(ref, exc)
+        if one_line is exc:
+            raise
+        raise one_line from None
+
+
+def _as_one_line(ref: OciRef, exc: Exception) -> Exception:
+    """The `OciError` for what a request raised (`exc` itself when it is one already, or not a transfer's)."""
+    if isinstance(exc, TooSlow):
+        return OciError(f"{ref}: {exc}")
+    if isinstance(exc, _AuthFailed):
+        return OciError(
             f"{ref}: the registry asks for credentials and none worked ({exc}): "
             + _LOGIN_HINT.format(registry=ref.registry)
-        ) from None
-    except requests.exceptions.SSLError as exc:
-        raise OciError(
+        )
+    if isinstance(exc, requests.exceptions.SSLError):
+        return OciError(
             f"{ref}: TLS with {ref.registry} failed ({_short(exc)}); "
             "for a registry that only speaks plain HTTP, use --plain-http"
-        ) from None
-    except requests.exceptions.Timeout:
-        raise OciError(f"{ref}: the registry at {ref.registry} did not answer in time") from None
-    except requests.exceptions.ConnectionError as exc:
-        raise OciError(f"{ref}: cannot reach the registry at {ref.registry} ({_short(exc)})") from None
-    except requests.RequestException as exc:
-        raise OciError(f"{ref}: talking to the registry at {ref.registry} failed ({_short(exc)})") from None
+        )
+    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
+        return OciError(f"{ref}: the registry at {ref.registry} did not answer in time")
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return OciError(f"{ref}: cannot reach the registry at {ref.registry} ({_short(exc)})")
+    if isinstance(exc, requests.RequestException | urllib3.exceptions.HTTPError):
+        # urllib3's own: a body read as it arrives (`_read_capped`) raises them unwrapped
+        return OciError(f"{ref}: talking to the registry at {ref.registry} failed ({_short(exc)})")
+    return exc
 
 
 def _short(exc: BaseException) -> str:
@@ -371,16 +420,22 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _read_capped(response: requests.Response, cap: int, ref: OciRef, what: str) -> bytes:
-    """The body of a streamed response, refused as soon as it passes `cap` bytes."""
+def _read_capped(response: requests.Response, cap: int, ref: OciRef, what: str, transfer: Transfer) -> bytes:
+    """The body of a streamed response, refused as soon as it passes `cap` bytes.
+
+    It is read as it arrives (`read1`: what one socket read gave) so that `transfer` counts
+    every byte towards its minimum rate; a plain `read` would wait for a whole chunk."""
+    read = getattr(response.raw, "read1", None) or response.raw.read  # read1: urllib3 2.3 and later
     chunks: list[bytes] = []
     total = 0
-    with response:
-        for chunk in response.iter_content(chunk_size=1 << 20):
+    with response, transfer.receiving():
+        while chunk := read(_READ_SIZE, decode_content=True):
             total += len(chunk)
             if total > cap:
                 raise OciError(f"{ref}: the registry sent more than {cap} bytes for {what}: refused")
+            transfer.received(len(chunk))
             chunks.append(chunk)
+    transfer.check()  # a body whose socket was cut can end like a short one
     return b"".join(chunks)
 
 
@@ -456,8 +511,9 @@ def push(
     }
     raw_manifest = _manifest(layer)
     manifest_digest = _sha256(raw_manifest)
-    with _one_line_errors(target), tempfile.TemporaryDirectory(prefix="astrid-oci-") as scratch:
-        client = _connect(target, plain_http)
+    with _transfer(target, "push") as transfer, tempfile.TemporaryDirectory(prefix="astrid-oci-") as scratch:
+        transfer.allow(len(blob))
+        client = _connect(target, plain_http, transfer)
         # oras uploads from files: the artifact and the empty config go through a private scratch folder
         for name, content, descriptor in (
             ("artifact", blob, layer),
@@ -529,8 +585,8 @@ def _check_manifest(ref: OciRef, raw: bytes, content_type: str, max_bytes: int) 
 def pull(ref: str | OciRef, *, plain_http: bool = False, max_bytes: int = MAX_ARTIFACT_BYTES) -> Pulled:
     """Fetch the artifact at `ref` into memory, verified (see the module docstring); `OciError` otherwise."""
     target = ref if isinstance(ref, OciRef) else parse_ref(ref)
-    with _one_line_errors(target):
-        client = _connect(target, plain_http)
+    with _transfer(target, "pull") as transfer:
+        client = _connect(target, plain_http, transfer)
         reference = target.digest or target.tag
         missing = "no manifest with this digest in the registry" if target.digest else "no such tag in the registry"
         got = client.do_request(
@@ -538,7 +594,7 @@ def pull(ref: str | OciRef, *, plain_http: bool = False, max_bytes: int = MAX_AR
         )
         if got.status_code != 200:
             raise _http_error(target, got, "the manifest", missing)
-        raw = _read_capped(got, MAX_MANIFEST_BYTES, target, "a manifest")
+        raw = _read_capped(got, MAX_MANIFEST_BYTES, target, "a manifest", transfer)
         manifest_digest = _sha256(raw)
         if target.digest is not None and manifest_digest != target.digest:
             raise OciError(
@@ -552,12 +608,15 @@ def pull(ref: str | OciRef, *, plain_http: bool = False, max_bytes: int = MAX_AR
                 f"but its bytes hash to {manifest_digest}: refused"
             )
         layer = _check_manifest(target, raw, got.headers.get("Content-Type", ""), max_bytes)
+        transfer.allow(layer["size"])
         blob = client.get_blob(client.container, layer["digest"], stream=True)
         if blob.status_code != 200:
             raise _http_error(
                 target, blob, f"the artifact blob {layer['digest']}", "the manifest's artifact blob is missing"
             )
-        data = _read_capped(blob, layer["size"], target, f"the artifact blob {layer['digest']} (its manifest size)")
+        data = _read_capped(
+            blob, layer["size"], target, f"the artifact blob {layer['digest']} (its manifest size)", transfer
+        )
     if len(data) != layer["size"] or _sha256(data) != layer["digest"]:
         raise OciError(
             f"{target}: the artifact bytes from the registry ({len(data)} bytes, {_sha256(data)}) do not match "

@@ -391,6 +391,13 @@ def test_a_huge_manifest_is_not_read_to_the_end() -> None:
             oci.pull(lying.ref("notes:1.0"))
 
 
+def test_a_huge_answer_to_the_registry_check_is_not_read_to_the_end() -> None:
+    with LyingRegistry() as lying:
+        lying.routes["/v2/"] = (200, {}, b" " * (oci.MAX_ANSWER_BYTES + 1))
+        with pytest.raises(oci.OciError, match=r"more than 1048576 bytes for the answer to GET /v2/: refused"):
+            oci.pull(lying.ref("notes:1.0"))
+
+
 def test_a_token_registry_that_refuses_every_token_is_one_line() -> None:
     with LyingRegistry() as lying:
         lying.challenge = f'Bearer realm="http://{lying.address}/token",service="lying",scope="repository:notes:pull"'
