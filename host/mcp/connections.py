@@ -1,19 +1,13 @@
-"""Connection limits of the HTTP front door, below anything that needs a credential.
+"""The HTTP front door's connections under uvicorn: the connection guard wired into its protocol.
 
 A connection costs a file descriptor before anyone is authenticated, so an
 attacker with no token could otherwise hold them all: idle sockets, request
-heads trickled a byte at a time, bodies that never end. The guard keeps:
-
-- a cap on open connections, and one per client address;
-- a deadline for the request head (from the moment the connection is ready
-  for a request) and one for the body (from the end of the head);
-- uvicorn's keep-alive timeout between requests.
-
-At a cap, the newcomer does not simply lose: the oldest connection still
-*waiting* (for its head or its body) makes room, taken from the address that
-holds the most. Connections whose request is being answered, and open
-streams, are never evicted: they belong to clients that got past the auth.
-So a flood of idle sockets churns only itself while real requests go on.
+heads trickled a byte at a time, bodies that never end. The guard
+(`host/connection_guard.py`, shared with the metrics listener) keeps a cap
+on open connections and one per client address, and deadlines for the
+request head and body; uvicorn's keep-alive timeout closes idle connections
+between requests. At a cap, the oldest connection still *waiting* makes
+room; connections being answered, and open streams, are never evicted.
 
 uvicorn runs the protocol; the guard sees each connection's phase through
 h11's own state (`their_state`). Deadlines are enforced by one sweep task.
@@ -25,133 +19,26 @@ import asyncio
 import logging
 import resource
 import time
-from collections import Counter
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from astrid.host import connection_guard
+from astrid.host.connection_guard import Phase
 from astrid.host.limits import HttpLimits
 from astrid.host.log_throttle import LogThrottles
 from astrid.host.tuning import MCP_TUNING
 
 log = logging.getLogger("astrid.host.mcp.http")
 
-REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
-
-class Phase(Enum):
-    HEAD = "waiting for the request head"
-    BODY = "waiting for the request body"
-    ANSWERING = "answering"  # the app has the request (or streams to it): never evicted
-
-
-@dataclass
-class _Connection:
-    client: str
-    phase: Phase
-    since: float
-
-
-class ConnectionGuard:
-    """Every open connection, its phase, and the caps and deadlines over them."""
+class ConnectionGuard(connection_guard.ConnectionGuard):
+    """The shared guard, reporting on the front door's logger."""
 
     def __init__(self, limits: HttpLimits, *, clock=time.monotonic) -> None:
-        self.limits = limits
-        self.max_connections = limits.connections
-        self._clock = clock
-        self._open: dict[Any, _Connection] = {}  # protocol -> state, oldest first
-        self._per_client: Counter[str] = Counter()
-        self.closed: Counter[str] = Counter()  # why connections were closed, since the last report
-        self._reported_at = clock()
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    def per_client(self, client: str) -> int:
-        return self._per_client[client]
-
-    def admit(self, protocol: Any, client: str) -> bool:
-        """Count a new connection; make room at a cap. False: refuse it (nothing waits to evict)."""
-        self._open[protocol] = _Connection(client, Phase.HEAD, self._clock())
-        self._per_client[client] += 1
-        per_client = self.limits.connections_per_client
-        if per_client and self._per_client[client] > per_client:
-            if not self._make_room(protocol, self._oldest_waiting(client), "per-client cap"):
-                return False
-        if len(self._open) > self.max_connections:
-            if not self._make_room(protocol, self._oldest_waiting_of_heaviest(), "connection cap"):
-                return False
-        return True
-
-    def moved(self, protocol: Any, phase: Phase) -> None:
-        """The connection's phase now; its deadline starts over when the phase changes."""
-        state = self._open.get(protocol)
-        if state is not None and state.phase is not phase:
-            state.phase, state.since = phase, self._clock()
-
-    def ready_again(self, protocol: Any) -> None:
-        """A response ended: the connection waits for its next request head from now."""
-        state = self._open.get(protocol)
-        if state is not None:
-            state.phase, state.since = Phase.HEAD, self._clock()
-
-    def forget(self, protocol: Any) -> None:
-        state = self._open.pop(protocol, None)
-        if state is not None:
-            self._per_client[state.client] -= 1
-            if not self._per_client[state.client]:
-                del self._per_client[state.client]
-
-    def sweep(self) -> None:
-        """Close every connection past its phase's deadline; report closures now and then."""
-        now = self._clock()
-        deadlines = {Phase.HEAD: self.limits.header_timeout_s, Phase.BODY: self.limits.body_timeout_s}
-        late = [
-            (protocol, state.phase)
-            for protocol, state in self._open.items()
-            if state.phase in deadlines and now - state.since > deadlines[state.phase]
-        ]
-        for protocol, phase in late:
-            self._close(protocol, "head deadline" if phase is Phase.HEAD else "body deadline")
-        if self.closed and now - self._reported_at >= MCP_TUNING.connection_report_every_s:
-            reasons = ", ".join(f"{count} at the {why}" for why, count in sorted(self.closed.items()))
-            log.warning("closed connections in the last %.0f s: %s", now - self._reported_at, reasons)
-            self.closed.clear()
-            self._reported_at = now
-
-    def _make_room(self, newcomer: Any, victim: Any, why: str) -> bool:
-        """Close `victim` for `newcomer`; when there is none (or it is the newcomer), refuse the newcomer."""
-        if victim is None or victim is newcomer:
-            self._close(newcomer, why, refuse=True)
-            return False
-        self._close(victim, why)
-        return True
-
-    def _oldest_waiting(self, client: str) -> Any:
-        for protocol, state in self._open.items():  # oldest first
-            if state.client == client and state.phase is not Phase.ANSWERING:
-                return protocol
-        return None
-
-    def _oldest_waiting_of_heaviest(self) -> Any:
-        for client, _ in self._per_client.most_common():
-            victim = self._oldest_waiting(client)
-            if victim is not None:
-                return victim
-        return None
-
-    def _close(self, protocol: Any, why: str, *, refuse: bool = False) -> None:
-        self.closed[why] += 1
-        self.forget(protocol)
-        transport = getattr(protocol, "transport", None)
-        if transport is not None and not transport.is_closing():
-            if refuse:
-                transport.write(REFUSAL)
-            transport.close()
+        super().__init__(limits, log=log, clock=clock)
 
 
 class GuardedH11Protocol(H11Protocol):

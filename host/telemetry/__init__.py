@@ -10,6 +10,8 @@ and the CLI switch it on.
 - `metrics`: counters, histograms and gauges on a registry of its own,
   served by `metrics.serve` on a listener of its own (`--metrics`); off by
   default, and then every call is one flag check;
+- `listener`: that listener, a small HTTP server bounded in connections,
+  threads and time (imported only when metrics are served);
 - `setup`: the OpenTelemetry SDK and its OTLP exporter, from the standard
   `OTEL_*` variables (imported only when tracing is switched on);
 - `logs`: one JSON object per line for log shippers (`--log-format json`).

@@ -4,7 +4,9 @@ Off by default: `on` is a module-level flag every recording function checks
 first, so a server without `--metrics` pays one check per call site and
 never imports prometheus_client. On (`enable()`), the metrics live on a
 registry of their own (with the process collector: CPU, memory, open
-files, start time), served by `serve()` on a listener of its own.
+files, start time), served by `serve()` on a listener of its own, bounded in
+connections, threads and time (`listener.py`): a flood of it never takes the
+descriptors MCP clients need.
 
 Low cardinality by design: labels are methods of the MCP specification
 (anything else is `other`), JSON-RPC status codes the server itself
@@ -24,9 +26,12 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astrid.host.tuning import TELEMETRY_TUNING
+
+if TYPE_CHECKING:
+    from astrid.host.telemetry.listener import ListenerLimits
 
 # The flag every call site checks first (read as `metrics.on`).
 on: bool = False
@@ -323,7 +328,8 @@ def is_loopback(host: str) -> bool:
 
 
 class MetricsListener:
-    """`/metrics` (any path, in fact) on its own port, on a daemon thread."""
+    """`/metrics` (any path, in fact) on its own port: prometheus-client's WSGI app, served by a listener
+    bounded in connections, threads and time (`listener.py`, `TELEMETRY_TUNING.metrics_*`)."""
 
     def __init__(self, host: str, port: int, *, public: bool = False) -> None:
         if not is_loopback(host) and not public:
@@ -331,18 +337,34 @@ class MetricsListener:
                 f"{host} is not a loopback address: metrics name capsules and principals; "
                 "bind 127.0.0.1 (scrape through a local agent or a proxy), or allow it explicitly"
             )
-        from prometheus_client import start_http_server
+        from prometheus_client import make_wsgi_app
+
+        from astrid.host.telemetry.listener import BoundedListener
 
         registry = enable()
-        self.server, self.thread = start_http_server(port, addr=host.strip("[]"), registry=registry)
+        self.server = BoundedListener(host.strip("[]"), port, make_wsgi_app(registry), limits=limits(), name="metrics")
         self.host = host
-        self.port = int(self.server.server_port)
+        self.port = self.server.port
         shown = host if ":" not in host.strip("[]") else f"[{host.strip('[]')}]"
         self.url = f"http://{shown}:{self.port}/metrics"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
+
+
+def limits() -> ListenerLimits:
+    """The metrics listener's bounds, from `TELEMETRY_TUNING`."""
+    from astrid.host.telemetry.listener import ListenerLimits
+
+    tuning = TELEMETRY_TUNING
+    return ListenerLimits(
+        connections=tuning.metrics_connections,
+        header_timeout_s=tuning.metrics_header_timeout_s,
+        head_bytes=tuning.metrics_head_bytes,
+        answer_timeout_s=tuning.metrics_answer_timeout_s,
+        threads=tuning.metrics_threads,
+        sweep_every_s=tuning.metrics_sweep_every_s,
+    )
 
 
 def serve(host: str, port: int, *, public: bool = False) -> MetricsListener:

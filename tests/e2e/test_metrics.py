@@ -24,6 +24,7 @@ from astrid.capsules import CAPSULES_DIR
 from tests.support.capsules import build_clean
 from tests.support.http import http_server, http_session
 from tests.support.processes import astrid_exe, run_astrid, server_env
+from tests.support.stdio import stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -115,6 +116,22 @@ async def test_the_counters_move_as_the_traffic_says(built, capsule_home, tmp_pa
     assert not [v for v in labels if "astrid://" in v or "SECRET" in v or token in v]
     assert value(after, "process_start_time_seconds") > 0  # the process collector is there too
     assert not [name for name, _ in after if name.endswith("_created")]  # no creation-time twin of each series
+
+
+async def test_a_stdio_server_serves_metrics_too(built, capsule_home, tmp_path) -> None:
+    """No HTTP front door, no event loop of its own: the metrics listener runs on its threads."""
+    async with stdio_session(
+        built["introspect"],
+        capsule_home=capsule_home,
+        stderr=tmp_path / "stderr.log",
+        extra=("--metrics", "127.0.0.1:0"),
+    ) as served:
+        url = metrics_url(served.log())
+        for _ in range(2):
+            assert "alice" in await served.text("astrid://whoami")
+        after = await anyio.to_thread.run_sync(scrape, url)
+    assert value(after, "astrid_requests_total", method="resources/read", status="ok") == 2
+    assert value(after, "astrid_capsules_loaded") == 1
 
 
 async def test_astrid_status_summarises_a_running_server(built, capsule_home, tmp_path) -> None:

@@ -5,14 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from astrid.host.connection_guard import REFUSAL, Phase
 from astrid.host.limits import HttpLimits
-from astrid.host.mcp.connections import (
-    REFUSAL,
-    ConnectionGuard,
-    Phase,
-    RateLimitedLoopErrors,
-    connection_cap,
-)
+from astrid.host.mcp.connections import ConnectionGuard, RateLimitedLoopErrors, connection_cap
 
 
 class Clock:
