@@ -24,7 +24,6 @@ server carries none.
 
 from __future__ import annotations
 
-import functools
 import json
 import statistics
 import sys
@@ -157,11 +156,11 @@ def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool) -> None:
         text = next(u for u in uris if "-text-" in u)
         blob = next(u for u in uris if "-blob-" in u)
         for _ in range(50):  # warm the sandbox and every cache on the path
-            client.read_resource(text), client.read_resource(blob)
+            client.read(text).result(), client.read(blob).result()
         print(f"uncached read, median (p90) in microseconds over {rounds} reads")
         medians: dict[str, dict[str, float]] = {}
         for name, uri in (("text", text), ("blob", blob)):
-            phases, imports = split(functools.partial(client.read_resource, uri), clock, rounds)
+            phases, imports = split(lambda uri=uri: client.read(uri).result(), clock, rounds)
             print(report(name, phases, imports))
             medians[name] = {phase: statistics.median(phases[phase]) * 1e6 for phase in PHASES}
         if as_json:

@@ -3,11 +3,10 @@
 Run: python -m bench.profile_glue [ROUNDS] [--profile] [--stages] [--capsule DIR]
 
 In-process, on the real kernel and the bench capsule, it times the same
-requests at three depths (median and p90 per request, in ms):
+requests at these depths (median and p90 per request, in ms):
 
-- `broker`: `Broker.read_resource` / `Broker.listed`, the work behind a front door;
-- `frontdoor`: the front-door client from the calling thread (request model,
-  bus publish, the front door, reply JSON, the client's validation);
+- `client`: the broker client a session holds (`BrokerClient.read(uri).result()`,
+  `list_resources`), from the calling thread: the broker's own work;
 - `mcp`: mcp's in-memory `Client` against `AstridMcpServer` (+ the SDK's
   session, the worker-thread hop, reshaping and the result models);
 - `baseline`: the same `Client` against the baseline server
@@ -16,7 +15,7 @@ requests at three depths (median and p90 per request, in ms):
 The differences between rows are the glue. `--profile` adds a cProfile of
 the `mcp` rounds, with the worker-thread part profiled too (one profile per
 thread, merged), sorted by own time. `--stages` splits an MCP read into the
-front-door call in the worker thread (`door`), the thread hop around it
+broker call in the worker thread (`door`), the thread hop around it
 (`hop` = `_call` - `door`) and the handler's own work (`handler` - `_call`).
 """
 
@@ -36,7 +35,6 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from astrid.host.bus import Principal
 from astrid.host.kernel.kernel import Kernel
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
@@ -183,33 +181,27 @@ def main() -> None:
     runtime = Runtime(RuntimeConfig(capsule_paths=[capsule], principal=PRINCIPAL))
     runtime.start(background=False)
     runtime.wait_ready(120)
-    kernel, broker = runtime.kernel, runtime.broker
-    assert isinstance(kernel, Kernel) and broker is not None
+    kernel = runtime.kernel
+    assert isinstance(kernel, Kernel)
     deadline = time.monotonic() + 30
     while kernel.sandboxes.live_instances() < len(kernel.loaded()) and time.monotonic() < deadline:
         time.sleep(0.05)  # prewarming runs in the background: wait for it, bounded
-    who = Principal.verified(PRINCIPAL)
     door = runtime.client_for(PRINCIPAL)
     rows: dict[str, dict[str, list[float]]] = {}
     uris = [d.uri for d in door.list_resources()]
     text = next(u for u in uris if "-text-" in u)  # the bench capsule: index "0"; a bench K folder: "00"
     blob = next(u for u in uris if "-blob-" in u)
     for _ in range(20):  # warm-up
-        door.read_resource(text), door.read_resource(blob), door.list_resources()
-    rows["broker"] = {
-        "read_text": timed(lambda: broker.read_resource(who, text), rounds),
-        "read_blob": timed(lambda: broker.read_resource(who, blob), rounds),
-        "list_warm": timed(lambda: broker.listed(who), rounds),
-    }
-    rows["frontdoor"] = {
-        "read_text": timed(lambda: door.read_resource(text), rounds),
-        "read_blob": timed(lambda: door.read_resource(blob), rounds),
+        door.read(text).result(), door.read(blob).result(), door.list_resources()
+    rows["client"] = {
+        "read_text": timed(lambda: door.read(text).result(), rounds),
+        "read_blob": timed(lambda: door.read(blob).result(), rounds),
         "list_warm": timed(door.list_resources, rounds),
     }
     profiles = ThreadProfiles() if profile else None
     if profiles is not None:
         cls = type(door)
-        cls.read_resource = profiles.wrap(cls.read_resource)  # type: ignore[method-assign]
+        cls.read = profiles.wrap(cls.read)  # type: ignore[method-assign]
         cls.list_resources = profiles.wrap(cls.list_resources)  # type: ignore[method-assign]
     stages = Stages() if "--stages" in sys.argv else None
     if stages is not None:

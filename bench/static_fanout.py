@@ -54,7 +54,7 @@ def measure(folder: Path, static: bool, rounds: int) -> dict:
         for index in range(rounds):
             principal = Principal.verified(f"fresh-{static}-{index}")
             started = time.perf_counter()
-            listed = broker.snapshot(principal).resources
+            listed = broker.listings.snapshot(principal).resources
             samples.append(time.perf_counter() - started)
             assert listed, "nothing listed"
         return {

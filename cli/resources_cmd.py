@@ -23,14 +23,14 @@ from astrid.cli.main import resources
 from astrid.cli.mcp_cmd import capsules_option, make_runtime, principal_option
 
 if TYPE_CHECKING:
-    from astrid.host.contract.frontdoor import FailureCode
+    from astrid.host.contract.outcomes import FailureCode
 
 
 def _hint(code: FailureCode) -> str:
     """What to do about a failed read, when there is something to do."""
-    from astrid.host.contract import frontdoor  # lazy: keeps `astrid --help` quick
+    from astrid.host.contract import outcomes  # lazy: keeps `astrid --help` quick
 
-    failure = frontdoor.FailureCode
+    failure = outcomes.FailureCode
     return {
         failure.NOT_FOUND: "check the uri against `astrid resources list`",
         failure.DENIED: "the read was refused by the broker's gate",

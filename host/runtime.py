@@ -6,16 +6,15 @@ The one code path behind `astrid mcp serve` and `astrid resources list/read`
     runtime = Runtime(RuntimeConfig(capsule_paths=[...], principal="alice"))
     runtime.start(background=True)     # returns at once; loading runs on a thread
     runtime.wait_ready(60)             # what requests do before they go out
-    runtime.list_resources()           # a call to the broker's front door (no bus)
+    runtime.list_resources()           # a call to the broker (no bus)
     runtime.close()
 
 Each principal gets its own `BrokerClient` on first use (`client_for`): the
-broker's front doors as calls, bound to `verified(principal)` (so the
-confused-deputy property holds by construction), which also tells the
-kernel to announce capsule-set changes to that principal and to prewarm its
-sandboxes. One ingress participant (the `FRONT_DOOR_CLIENT` role) hears the
-capsule-set events, and is the trusted ingress of the bus front doors that
-stay for whoever must ask over the bus. `config.principal` is the default principal (stdio, the CLI);
+broker's calls, bound to `verified(principal)` (so the confused-deputy
+property holds by construction), which also tells the kernel to announce
+capsule-set changes to that principal and to prewarm its sandboxes. One
+participant (the `MCP_SERVER` role) hears the capsule-set events and the
+updates the broker checked. `config.principal` is the default principal (stdio, the CLI);
 a multi-user transport passes each request's own. Nothing here speaks MCP.
 """
 
@@ -30,22 +29,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from astrid.host.broker import Broker
-from astrid.host.broker.direct import BrokerClient
-from astrid.host.bus import Bus, Dispatcher, Participant, Principal, Subscription
-from astrid.host.contract.frontdoor import ReadResourceReply
+from astrid.host.broker.client import BrokerClient
+from astrid.host.bus import Bus, Dispatcher, Participant, Principal
 from astrid.host.contract.local_replies import NO_LOCAL_REPLIES
+from astrid.host.contract.outcomes import ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.topics import (
     BROKER,
     CAPSULES_LOADED_TOPIC,
-    FRONT_DOOR_CLIENT,
     HOST_CLUSTER,
+    MCP_SERVER,
     RESOURCE_EVENTS,
     RESOURCE_REPLIES,
     RESOURCE_REQUESTS,
-    RESOURCE_UPDATED_EVENT,
 )
 from astrid.host.errors import BackendNotReady, GrantError
+from astrid.host.event_stream import EventStream
 from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import ClaimedIdentities, NamespaceAuthority, vetter
 from astrid.host.kernel.provenance import Provenance
@@ -289,12 +288,11 @@ class Runtime:
             if hasattr(kernel, "loaded"):
                 self._gauges.append(watch_kernel(kernel))
             self._gauges.append(metrics.watch("astrid_principals", metrics.one(lambda: len(self._clients))))
-            self._ingress = FRONT_DOOR_CLIENT.participant()
+            self._ingress = MCP_SERVER.participant()
             self.broker = Broker(
                 kernel.bus,
                 participant=BROKER.participant(),
                 limits=self.limits,
-                trusted_ingress=[self._ingress.source_id],
                 authority=_namespace_authority(kernel, trust_store(self.config)),
                 name_of=self._names.get,
                 subscription_limits=self.config.subscription_limits,
@@ -482,26 +480,37 @@ class Runtime:
     def _new_client(self, principal: str) -> BrokerClient:
         kernel, broker = self.kernel, self.broker
         assert kernel is not None and broker is not None  # started
-        client = BrokerClient(broker.front_doors, kernel.watch_principal(principal))
+        client = BrokerClient(broker, kernel.watch_principal(principal))
         self._clients[principal] = client
         return client
 
-    @property
-    def ingress(self) -> Participant | None:
-        """The trusted ingress of the bus front doors (None until started)."""
-        return self._ingress
-
-    def changes(self) -> Subscription:
-        """Capsule-set events of every principal served (close it when done)."""
+    def changes(self) -> EventStream[str]:
+        """The principals whose capsule set changed, as it changes (close the stream when done)."""
         self.wait_ready(600)
         assert self.kernel is not None and self._ingress is not None
-        return self.kernel.bus.subscribe(self._ingress, CAPSULES_LOADED_TOPIC)
+        subscription = self.kernel.bus.subscribe(self._ingress, CAPSULES_LOADED_TOPIC)
+        stream = EventStream[str](on_close=subscription.close)
 
-    def updates(self) -> Subscription:
-        """Resource updates the broker checked, of every principal served (close it when done)."""
+        def arrived() -> None:  # on the publisher's thread: quick, never raising
+            for message in subscription.poll():
+                if message.principal.is_verified and message.principal.name:
+                    stream.put(message.principal.name)
+
+        subscription.notify(arrived)
+        return stream
+
+    def updates(self) -> EventStream[tuple[str, str]]:
+        """(principal, uri) of every resource update the broker checked, as they come (close it when done)."""
         self.wait_ready(600)
-        assert self.kernel is not None and self._ingress is not None
-        return self.kernel.bus.subscribe(self._ingress, RESOURCE_UPDATED_EVENT)
+        assert self.broker is not None
+        stream = EventStream[tuple[str, str]]()
+
+        def updated(principal: Principal, uri: str) -> None:
+            if principal.name is not None:
+                stream.put((principal.name, uri))
+
+        stream.on_close = self.broker.events.listen(updated)
+        return stream
 
     def _default_client(self) -> BrokerClient:
         if self.principal is None:
@@ -516,13 +525,13 @@ class Runtime:
         """uri -> the capsule serving it, for the default principal's resources (the CLI's view)."""
         if self.broker is None or self.principal is None:
             return {}
-        snapshot = self.broker.snapshot(Principal.verified(self.principal))
+        snapshot = self.broker.listings.snapshot(Principal.verified(self.principal))
         by_source = {capsule.source_id: capsule for capsule in self.status.capsules}
         return {uri: by_source[source] for uri, source in snapshot.owners.items() if source in by_source}
 
-    def read_resource(self, uri: str) -> ReadResourceReply:
-        """A read as the default principal (the CLI's view)."""
-        return self._default_client().read_resource(uri)
+    def read_resource(self, uri: str) -> ReadOutcome:
+        """A read as the default principal (the CLI's view), waited for."""
+        return self._default_client().read(uri).result()
 
 
 # -- what the server says while it runs (`astrid.events`) ---------------------------------

@@ -165,7 +165,7 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("kernel", "def f():\n    import astrid.host.mcp.server\n"),
         ("broker", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from astrid.host.kernel import kernel\n"),
         ("broker", "from astrid.host import runtime"),
-        ("mcp", "from astrid.host.broker.client import FrontDoorClient"),
+        ("mcp", "from astrid.host.broker.client import BrokerClient"),
         ("bus", "from astrid.host.contract.topics import BROKER"),
         ("errors", "from astrid.host.bus import Principal"),
         ("auth", "from astrid.host.mcp.auth import BearerVerifier"),

@@ -1,24 +1,24 @@
-"""The broker: describe and templates fan-outs, read and completion broadcasts, behind the front doors.
+"""The broker: describe and templates fan-outs, read and completion broadcasts, for one principal at a time.
 
 It knows the resource contract and nothing about MCP or wasm; it needs only a
-bus (`astrid.host.bus.Bus`). `client.FrontDoorClient` is the other side of
-the front doors, for whoever asks (the MCP server, `astrid resources`).
+bus (`astrid.host.bus.Bus`). `client.BrokerClient` is the one way in, bound to
+one verified principal (the MCP server, `astrid resources`).
 """
 
 from astrid.host.broker.broker import Broker
 from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
-from astrid.host.broker.client import FrontDoorClient
-from astrid.host.broker.complete import CompletionOutcome, check_complete_reply
+from astrid.host.broker.client import BrokerClient
+from astrid.host.broker.complete import check_complete_reply
 from astrid.host.broker.describe import RoundResult, merge_round
-from astrid.host.broker.read_reply import ReadOutcome, check_read_reply
+from astrid.host.broker.read import Read
+from astrid.host.broker.read_reply import check_read_reply
 from astrid.host.broker.read_round import ReadStatus
 from astrid.host.broker.templates import TemplatesResult, merge_templates, pick_template
 
 __all__ = [
     "Broker",
-    "CompletionOutcome",
-    "FrontDoorClient",
-    "ReadOutcome",
+    "BrokerClient",
+    "Read",
     "ReadStatus",
     "RoundResult",
     "Snapshot",

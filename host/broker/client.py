@@ -1,137 +1,132 @@
-"""The client side of the front doors: ask the broker over the bus, wait for the reply.
+"""The one way into the broker: a client bound to one verified principal.
 
-Whoever asks (the MCP server, `astrid resources`) is an ordinary bus
-participant in the `FRONT_DOOR_CLIENT` role with its own source-id. Every
-request mints a `req_id`, subscribes to `astrid.v1.response.<req_id>` first,
-publishes on the front door as `verified(<principal>)` and waits (bounded)
-for exactly that reply. Calls block: the async server runs them in a worker
-thread.
+    client = BrokerClient(broker, Principal.verified("alice"))
+    client.list_resources()                          # the principal's resources
+    read = client.read("astrid://whoami")            # never waits: settled, in flight, or left to a thread
+    outcome = read.result()                          # ... or waited for here
+
+What the MCP server and `astrid resources` hold. A client is bound to one
+principal when it is made, and a principal that is not verified is refused
+then: there is no argument through which a caller could name someone else,
+so the confused-deputy property holds by construction. Only the composition
+root makes them (`Runtime.client_for`), for the principal a session
+authenticated.
+
+The answers are typed values (`contract.outcomes`), trusted: what a capsule
+sent was checked where it entered, at the broker. Each request says one line
+in the broker's log (`-v`), and a failure of the broker itself is a
+`BrokerUnavailable` (lists) or a failed outcome (reads, completions).
 """
 
 from __future__ import annotations
 
-import json
-import uuid
-from typing import TypeVar
+import logging
+import time
 
-from pydantic import ValidationError
-
-from astrid.host.bus import Bus, BusError, Participant, Principal
-from astrid.host.contract._base import WireModel
-from astrid.host.contract.frontdoor import (
-    CompletionReply,
-    CompletionRequest,
-    ListResourcesReply,
-    ListResourcesRequest,
-    ListTemplatesReply,
-    ListTemplatesRequest,
-    ReadResourceReply,
-    ReadResourceRequest,
-)
+from astrid.host.broker.broker import Broker
+from astrid.host.broker.read import Read
+from astrid.host.bus import BusError, Principal
+from astrid.host.contract.outcomes import CompletionOutcome, FailureCode, ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition
-from astrid.host.contract.template import Argument, ResourceTemplate
-from astrid.host.contract.topics import (
-    FRONT_DOOR_COMPLETE,
-    FRONT_DOOR_LIST,
-    FRONT_DOOR_READ,
-    FRONT_DOOR_TEMPLATES,
-    reply_topic,
-)
+from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BrokerUnavailable
-from astrid.host.limits import DEFAULT_LIMITS, Limits
 
-Reply = TypeVar("Reply", bound=WireModel)
-
-
-def default_timeout(limits: Limits) -> float:
-    # worst case of a read: read, re-describe, read again; plus a round queued ahead
-    return 2 * limits.describe_window_s + 2 * limits.read_window_s + 2.0
+log = logging.getLogger("astrid.host.broker")
 
 
-class FrontDoorClient:
-    def __init__(
-        self,
-        bus: Bus,
-        participant: Participant,
-        principal: Principal,
-        *,
-        limits: Limits = DEFAULT_LIMITS,
-        timeout_s: float | None = None,
-    ) -> None:
-        self.bus = bus
-        self.participant = participant
+class BrokerClient:
+    def __init__(self, broker: Broker, principal: Principal) -> None:
+        if not principal.is_verified:
+            raise ValueError(f"a broker client acts for a verified principal only, not {principal}")
+        self._broker = broker
         self.principal = principal
-        self.limits = limits
-        self.timeout_s = timeout_s if timeout_s is not None else default_timeout(limits)
-        # The last list reply, raw (without its req_id) and validated: a warm
-        # list repeats it, and validating 200 definitions again costs ~1 ms.
-        self._last_list: tuple[object, tuple[ResourceDefinition, ...]] | None = None
+
+    # -- lists -------------------------------------------------------------------------
 
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
-        req_id = uuid.uuid4().hex
-        payload = ListResourcesRequest(req_id=req_id, refresh=refresh).to_json()
-        data = self._round_trip(FRONT_DOOR_LIST, req_id, payload)
-        rest = {key: value for key, value in data.items() if key != "req_id"} if isinstance(data, dict) else None
-        last = self._last_list
-        if last is not None and rest == last[0]:
-            return list(last[1])  # the same reply (but its req_id) validates to the same definitions
+        """The principal's resources (a describe round when the snapshot is not fresh)."""
+        started = time.perf_counter()
         try:
-            reply = ListResourcesReply.model_validate(data, context={"limits": self.limits})
-        except ValidationError as exc:
-            raise BrokerUnavailable(f"the broker's list reply is malformed: {exc.error_count()} errors") from None
-        if reply.error is not None:
-            raise BrokerUnavailable(reply.error.message)
-        self._last_list = (rest, tuple(reply.resources))
-        return list(reply.resources)
+            resources = self._broker.listings.listed(self.principal, refresh=refresh)
+        except Exception as exc:
+            raise BrokerUnavailable(broker_failed("list resources", exc, self.principal)) from None
+        self._said("resources.list", f"{len(resources)} resources", started)
+        return list(resources)
 
-    def read_resource(self, uri: str) -> ReadResourceReply:
-        req_id = uuid.uuid4().hex
-        payload = ReadResourceRequest(req_id=req_id, uri=uri).to_json()
-        data = self._round_trip(FRONT_DOOR_READ, req_id, payload)
-        try:
-            return ReadResourceReply.model_validate(data, context={"limits": self.limits})
-        except ValidationError as exc:
-            raise BrokerUnavailable(f"the broker's read reply is malformed: {exc.error_count()} errors") from None
+    def list_resources_now(self) -> list[ResourceDefinition] | None:
+        """The list when the snapshot is fresh, without waiting (safe on an event loop); else None."""
+        started = time.perf_counter()
+        resources = self._broker.listings.listed_if_fresh(self.principal)
+        if resources is None:
+            return None
+        self._said("resources.list", f"{len(resources)} resources", started)
+        return list(resources)
 
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
-        req_id = uuid.uuid4().hex
-        payload = ListTemplatesRequest(req_id=req_id, refresh=refresh).to_json()
-        data = self._round_trip(FRONT_DOOR_TEMPLATES, req_id, payload)
-        reply = self._validated(ListTemplatesReply, data, "templates")
-        if reply.error is not None:
-            raise BrokerUnavailable(reply.error.message)
-        return list(reply.templates)
+        started = time.perf_counter()
+        try:
+            templates = self._broker.listings.templates(self.principal, refresh=refresh)
+        except Exception as exc:
+            raise BrokerUnavailable(broker_failed("list templates", exc, self.principal)) from None
+        self._said("resources.templates", f"{len(templates)} templates", started)
+        return list(templates)
+
+    # -- read --------------------------------------------------------------------------
+
+    def read(self, uri: str) -> Read:
+        """The read of `uri`, started without waiting (safe on an event loop): see `read.Read`."""
+        started = time.perf_counter()
+        principal = self.principal
+
+        def failed(exc: Exception) -> ReadOutcome:
+            return ReadOutcome.fail(FailureCode.INTERNAL, broker_failed("read the resource", exc, principal))
+
+        def done(outcome: ReadOutcome) -> None:
+            self._said(f"resource.read {uri}", _ended(outcome, f"{len(outcome.contents)} chunks"), started)
+
+        return self._broker.reads.start(principal, uri, failed=failed, done=done)
+
+    # -- completion and subscriptions ------------------------------------------------------
 
     def complete(
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
-    ) -> CompletionReply:
+    ) -> CompletionOutcome:
         """Values for `argument_name` of `uri_template` that start like `argument_value`."""
-        req_id = uuid.uuid4().hex
-        payload = CompletionRequest(
-            req_id=req_id,
-            uri_template=uri_template,
-            argument_name=argument_name,
-            argument_value=argument_value,
-            context_arguments=[Argument(name=name, value=value) for name, value in (context or {}).items()],
-        ).to_json()
-        return self._validated(CompletionReply, self._round_trip(FRONT_DOOR_COMPLETE, req_id, payload), "completion")
-
-    def _validated(self, model: type[Reply], data: object, what: str) -> Reply:
+        started = time.perf_counter()
         try:
-            return model.model_validate(data, context={"limits": self.limits})
-        except ValidationError as exc:
-            raise BrokerUnavailable(f"the broker's {what} reply is malformed: {exc.error_count()} errors") from None
+            outcome = self._broker.completions.complete(
+                self.principal, uri_template, argument_name, argument_value, context
+            )
+        except Exception as exc:
+            outcome = CompletionOutcome.fail(FailureCode.INTERNAL, broker_failed("complete", exc, self.principal))
+        self._said(f"completion.complete {uri_template}", _ended(outcome, f"{len(outcome.values)} values"), started)
+        return outcome
 
-    def _round_trip(self, topic: str, req_id: str, payload: str) -> object:
-        with self.bus.subscribe(self.participant, reply_topic(req_id), principal_scope=self.principal) as replies:
-            try:
-                self.bus.publish(self.participant, topic, payload, self.principal)
-            except BusError as exc:
-                raise BrokerUnavailable(f"the request could not be sent: {exc}") from None
-            message = replies.recv(self.timeout_s)
-        if message is None:
-            raise BrokerUnavailable(f"the broker did not answer within {self.timeout_s:g} s")
+    def subscribable(self, uri: str) -> str | None:
+        """Who serves `uri` to this principal when it could read it (listed, or a template covers it), else None."""
+        started = time.perf_counter()
         try:
-            return json.loads(message.payload)
-        except ValueError:
-            raise BrokerUnavailable("the broker's reply is not JSON") from None
+            owner = self._broker.events.subscribable(self.principal, uri)
+        except Exception as exc:
+            raise BrokerUnavailable(broker_failed("check a subscription", exc, self.principal)) from None
+        self._said(f"subscribable {uri}", "yes" if owner is not None else "no", started)
+        return owner
+
+    def _said(self, what: str, result: str, started: float) -> None:
+        if log.isEnabledFor(logging.INFO):
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            log.info("%s for %s: %s in %.1f ms", what, self.principal, result, elapsed_ms)
+
+
+def _ended(outcome: ReadOutcome | CompletionOutcome, success: str) -> str:
+    return outcome.error.code.value if outcome.error is not None else success
+
+
+def broker_failed(what: str, exc: Exception, principal: Principal) -> str:
+    """The failure text for a request the broker could not carry out. A refused bus
+    (e.g. a NATS server that is down) is said as it is, without a traceback."""
+    if isinstance(exc, BusError):
+        log.warning("cannot %s for %s: %s", what, principal, exc)
+        return f"cannot {what} now: {exc}"
+    log.exception("%s for %s failed", what, principal)
+    return f"the broker failed to {what}; see its log"

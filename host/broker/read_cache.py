@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from astrid.host.bounded_lru import BoundedLru
-from astrid.host.broker.read_reply import ReadOutcome
 from astrid.host.bus import Principal
+from astrid.host.contract.outcomes import ReadOutcome
 from astrid.host.contract.resource import BlobChunk, TextChunk
 from astrid.host.tuning import BROKER_TUNING
 
@@ -44,20 +44,6 @@ MAX_AGE_CAP_S = 86_400.0  # one day: a longer declaration is cut to this
 _ENTRY_OVERHEAD = 256  # bytes counted per entry and per chunk besides the content
 
 Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class FreshRead(ReadOutcome):
-    """A read outcome that may be served again for `max_age_s` seconds (None: not at all)."""
-
-    max_age_s: float | None = None
-
-
-def max_age_of(outcome: ReadOutcome) -> float | None:
-    """The freshness an outcome carries (None for a plain `ReadOutcome` or a failure)."""
-    if outcome.error is not None or not isinstance(outcome, FreshRead):
-        return None
-    return outcome.max_age_s
 
 
 class _Described(Protocol):
@@ -163,7 +149,7 @@ class ReadCache:
         with self._lock:
             return self._global_epoch + self._epochs.get(principal, 0)
 
-    def get(self, principal: Principal, uri: str, owner: str) -> FreshRead | None:
+    def get(self, principal: Principal, uri: str, owner: str) -> ReadOutcome | None:
         """The kept read, with the seconds it stays fresh, or None."""
         key = (principal, uri, owner)
         with self._lock:
@@ -175,7 +161,7 @@ class ReadCache:
                 self._entries.pop(key)
                 return None
             self.hits += 1
-        return FreshRead(contents=entry.contents, source_id=entry.source_id, max_age_s=left)
+        return ReadOutcome(contents=entry.contents, source_id=entry.source_id, max_age_s=left)
 
     def store(
         self, principal: Principal, uri: str, owner: str, outcome: ReadOutcome, max_age_s: float, epoch: int

@@ -9,35 +9,14 @@ not even in part.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from astrid.host.bus import Message
 from astrid.host.contract._base import strip_bad_meta
-from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
-from astrid.host.contract.resource import BlobChunk, ReadResponse, TextChunk
+from astrid.host.contract.outcomes import FailureCode, ReadOutcome
+from astrid.host.contract.resource import ReadResponse
 from astrid.host.limits import Limits
-
-MAX_ERROR_MESSAGE = 1024
-
-
-def failure(code: FailureCode, message: str) -> FrontDoorFailure:
-    """Why a capsule's answer failed, its text bounded (a capsule may write any length)."""
-    return FrontDoorFailure(code=code, message=message[:MAX_ERROR_MESSAGE])
-
-
-@dataclass(frozen=True)
-class ReadOutcome:
-    """Either the chunks of a read or why it failed (never both)."""
-
-    contents: tuple[TextChunk | BlobChunk, ...] = ()
-    error: FrontDoorFailure | None = None
-    source_id: str | None = None
-
-    @staticmethod
-    def fail(code: FailureCode, message: str, source_id: str | None = None) -> ReadOutcome:
-        return ReadOutcome(error=failure(code, message), source_id=source_id)
 
 
 def check_read_reply(payload: str | Message, uri: str, source_id: str, limits: Limits) -> ReadOutcome:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
-from astrid.host.broker.read_reply import ReadOutcome, check_read_reply
+from astrid.host.broker.read_reply import check_read_reply
 from astrid.host.bus import Delivery, Message, Principal, Subscription
-from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.contract.outcomes import FailureCode, ReadOutcome
 from astrid.host.limits import Limits
 from astrid.host.tuning import BROKER_TUNING
 

@@ -49,16 +49,7 @@ RESOURCE_EVENTS = "resource.v1.event.*"
 
 # -- the host's own namespace (docs/contract/mcp.md §6) ----------------------------
 HOST_NAMESPACE = "astrid.v1."
-FRONT_DOOR_REQUESTS = "astrid.v1.request.mcp.*"
-FRONT_DOOR_LIST = "astrid.v1.request.mcp.resources.list"
-FRONT_DOOR_READ = "astrid.v1.request.mcp.resource.read"
-FRONT_DOOR_TEMPLATES = "astrid.v1.request.mcp.resources.templates"
-FRONT_DOOR_COMPLETE = "astrid.v1.request.mcp.completion.complete"
-FRONT_DOOR_REPLY_PREFIX = "astrid.v1.response."
-FRONT_DOOR_REPLIES = FRONT_DOOR_REPLY_PREFIX + "*"
 CAPSULES_LOADED_TOPIC = "astrid.v1.capsules_loaded"
-# The broker -> front-door clients: an announcement it checked, for the principal it names.
-RESOURCE_UPDATED_EVENT = "astrid.v1.resource_updated"
 # Between hosts on NATS (host/bus/nats/): heartbeats and per-request done reports.
 HOST_CLUSTER = ClusterTopics(
     pattern="astrid.v1.host.*", heartbeat="astrid.v1.host.heartbeat", done_prefix="astrid.v1.host.done."
@@ -82,11 +73,6 @@ RESPONSE_SEGMENT = "response"
 EVENT_SEGMENT = "event"
 
 
-def reply_topic(req_id: str) -> str:
-    """Where the broker answers front-door request `req_id`."""
-    return FRONT_DOOR_REPLY_PREFIX + req_id
-
-
 @dataclass(frozen=True)
 class HostRole:
     """A kind of host-native participant: its name and its ACLs."""
@@ -102,14 +88,12 @@ class HostRole:
 
 BROKER = HostRole(
     "broker",
-    publish=(RESOURCE_REQUESTS, FRONT_DOOR_REPLIES, RESOURCE_UPDATED_EVENT),
-    subscribe=(RESOURCE_REPLIES, RESOURCE_EVENTS, FRONT_DOOR_REQUESTS, CAPSULES_LOADED_TOPIC),
+    publish=(RESOURCE_REQUESTS,),
+    subscribe=(RESOURCE_REPLIES, RESOURCE_EVENTS, CAPSULES_LOADED_TOPIC),
 )
-FRONT_DOOR_CLIENT = HostRole(
-    "mcp-server",
-    publish=(FRONT_DOOR_REQUESTS,),
-    subscribe=(FRONT_DOOR_REPLIES, CAPSULES_LOADED_TOPIC, RESOURCE_UPDATED_EVENT),
-)
+# What the MCP server hears on the bus (through the composition root: `Runtime.changes`): capsule-set
+# changes. It asks the broker by calls (`broker.client`) and hears its updates by a call (`Events.listen`).
+MCP_SERVER = HostRole("mcp-server", publish=(), subscribe=(CAPSULES_LOADED_TOPIC,))
 KERNEL = HostRole(
     "kernel",
     publish=(CAPSULES_LOADED_TOPIC, INVENTORY_REPLY_PREFIX + "*"),

@@ -25,7 +25,7 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
+from astrid.host.contract.outcomes import Failure, FailureCode
 from astrid.host.contract.resource import Annotations, BlobChunk, Icon, ResourceDefinition, TextChunk
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.limits import DEFAULT_LIMITS, Limits
@@ -136,7 +136,7 @@ def to_completion(
     return types.Completion(values=kept, total=total, has_more=more)
 
 
-def completion_error(error: FrontDoorFailure, uri_template: str) -> MCPError:
+def completion_error(error: Failure, uri_template: str) -> MCPError:
     """The JSON-RPC error for a failed completion: -32602 for what the client asked wrong, else -32603."""
     data = {"uriTemplate": uri_template, "reason": error.code.value}
     if error.code in (FailureCode.NOT_FOUND, FailureCode.INVALID_REQUEST):
@@ -157,7 +157,7 @@ def not_found_code(protocol_version: str | None) -> int:
     return types.INVALID_PARAMS if protocol_version in MODERN_PROTOCOL_VERSIONS else RESOURCE_NOT_FOUND_2025
 
 
-def read_error(error: FrontDoorFailure, uri: str, protocol_version: str | None) -> MCPError:
+def read_error(error: Failure, uri: str, protocol_version: str | None) -> MCPError:
     """The JSON-RPC error for a failed read (docs/contract/resources.md §5.6)."""
     data = {"uri": uri, "reason": error.code.value}
     if error.code is FailureCode.NOT_FOUND:

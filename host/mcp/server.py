@@ -61,9 +61,7 @@ from mcp.types import SubscriptionsListenRequestParams, SubscriptionsListenResul
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from astrid.host.bus import Subscription
-from astrid.host.contract.events import ResourceUpdated
-from astrid.host.contract.frontdoor import CompletionReply, FailureCode, FrontDoorFailure, ReadResourceReply
+from astrid.host.contract.outcomes import CompletionOutcome, Failure, FailureCode, ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BackendNotReady, BrokerUnavailable
@@ -103,46 +101,58 @@ SERVER_BUSY = -32000  # JSON-RPC's implementation-defined server error range
 
 
 class Pending(Protocol[T_co]):
-    """A request whose round runs while the event loop waits, without a thread (`FrontDoor.start_read`)."""
+    """A request started without waiting (`FrontDoor.read`): settled already, its round in flight
+    (awaited on the event loop, without a thread), or with work left for a worker thread."""
 
     def wait_s(self) -> float | None:
-        """None once the round is over; else how long to wait at most before asking again."""
+        """None once the round is over (or there is none); else how long to wait at most before asking again."""
         ...
 
     def notify(self, wake: Callable[[], None]) -> None:
         """Call `wake` (from another thread) when a reply arrives or the round's capsules finished."""
         ...
 
-    def reply(self) -> T_co | None:
-        """Once over: the reply, or None when `finish` (blocking: on a worker thread) gives it."""
+    def settled(self) -> T_co | None:
+        """Once over: the answer, or None when `finish` (blocking: on a worker thread) gives it."""
         ...
 
     def finish(self) -> T_co: ...
+    def result(self) -> T_co:
+        """The answer, waited for on this thread."""
+        ...
+
     def close(self) -> None: ...
 
 
 class FrontDoor(Protocol):
-    """The broker's front doors, for one principal."""
+    """The broker, for one principal."""
 
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]: ...
-    def read_resource(self, uri: str) -> ReadResourceReply: ...
-    # The same answers when they are kept (a fresh snapshot, a declared-fresh read), found
-    # without waiting, so they are safe on the event loop; None: ask the blocking call.
+    # The list when a fresh snapshot is kept, found without waiting (safe on the event loop); else None.
     def list_resources_now(self) -> list[ResourceDefinition] | None: ...
-    def read_resource_now(self, uri: str) -> ReadResourceReply | None: ...
-    # A read started on the event loop, its round awaited there; None: ask the blocking call.
-    def start_read(self, uri: str) -> Pending[ReadResourceReply] | None: ...
+    # A read, started without waiting (safe on the event loop).
+    def read(self, uri: str) -> Pending[ReadOutcome]: ...
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]: ...
     def complete(
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
-    ) -> CompletionReply: ...
+    ) -> CompletionOutcome: ...
     def subscribable(self, uri: str) -> str | None:
         """Who serves `uri` to this principal when it could read it, else None."""
         ...
 
 
+class Events(Protocol[T_co]):
+    """Events as they happen, taken in batches on the event loop (`event_stream.EventStream`)."""
+
+    async def next(self) -> list[T_co]:
+        """Every event queued, waiting for at least one; [] once closed."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
-    """What the server needs: readiness, a front door per principal, capsule-set events and resource updates."""
+    """What the server needs: readiness, a front door per principal, capsule-set changes and resource updates."""
 
     # Whom a request without a credential acts for (stdio: the one user); None: nobody.
     principal: str | None
@@ -153,12 +163,12 @@ class Backend(Protocol):
         """The principal's front door when one was made already, without waiting; else None."""
         ...
 
-    def changes(self) -> Subscription:
-        """Capsule-set events of every principal served (close it when done)."""
+    def changes(self) -> Events[str]:
+        """The principals whose capsule set changed, as it changes (close it when done)."""
         ...
 
-    def updates(self) -> Subscription:
-        """Resource updates the broker checked, of every principal served (close it when done)."""
+    def updates(self) -> Events[tuple[str, str]]:
+        """(principal, uri) of every resource update the broker checked (close it when done)."""
         ...
 
 
@@ -366,12 +376,12 @@ class AstridMcpServer:
         *,
         uri: str | None = None,
         kept: Callable[[FrontDoor], T | None] | None = None,
-        started: Callable[[FrontDoor], Pending[T] | None] | None = None,
+        started: Callable[[FrontDoor], Pending[T]] | None = None,
     ) -> T:
         """`call` on a worker thread (it may wait on capsules); `kept` first, on the loop, when given:
-        an answer kept in memory costs no thread hop. `started`, next, starts the request on the
+        an answer kept in memory costs no thread hop. `started`, instead, starts the request on the
         loop and its round is awaited there: the capsule's reply wakes the loop, no worker thread
-        between (once the principal's front door exists; else, and when it says None, `call`)."""
+        between (once the principal's front door exists; else `call`)."""
         data = {"uri": uri} if uri is not None else None
         in_flight = self._in_flight.get(principal, 0)
         if in_flight >= self.max_requests_per_principal:
@@ -418,6 +428,28 @@ class AstridMcpServer:
             if left:
                 self._in_flight[principal] = left
 
+    # -- the calls other front ends of this server make (resources as tools: `tools.py`) ---------
+
+    def principal_of(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        """Whom a request acts for (its credential's principal, else the default one); MCPError if nobody."""
+        return self._principal(ctx)
+
+    async def resources(self, principal: str) -> list[types.Resource]:
+        """`principal`'s resources, as resources/list answers them."""
+        return self._reshaped(await self._definitions(principal))
+
+    async def read(self, principal: str, uri: str) -> ReadOutcome:
+        """A read of `uri` for `principal`, under the same busy cap as resources/read (MCPError: busy,
+        not ready, the broker unavailable; a failed read is an outcome)."""
+        return await self._call(
+            principal, lambda door: door.read(uri).result(), uri=uri, started=lambda door: door.read(uri)
+        )
+
+    async def _definitions(self, principal: str) -> list[ResourceDefinition]:
+        return await self._call(
+            principal, lambda door: door.list_resources(), kept=lambda door: door.list_resources_now()
+        )
+
     # -- handlers ----------------------------------------------------------------------
 
     async def _on_discover(self, ctx: ServerRequestContext, params: types.RequestParams | None) -> types.DiscoverResult:
@@ -434,9 +466,7 @@ class AstridMcpServer:
             # one page, never a cursor: any cursor is one we did not issue
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data={"cursor": params.cursor})
         principal = self._principal(ctx)
-        definitions = await self._call(
-            principal, lambda door: door.list_resources(), kept=lambda door: door.list_resources_now()
-        )
+        definitions = await self._definitions(principal)
         # What the client has now seen: list_changed compares against it.
         self.list_changed.listed(principal, frozenset(d.uri for d in definitions), connection_of(ctx.session))
         return types.ListResourcesResult(
@@ -459,13 +489,7 @@ class AstridMcpServer:
         self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = params.uri
-        reply = await self._call(
-            self._principal(ctx),
-            lambda door: door.read_resource(uri),
-            uri=uri,
-            kept=lambda door: door.read_resource_now(uri),
-            started=lambda door: door.start_read(uri),
-        )
+        reply = await self.read(self._principal(ctx), uri)
         if reply.error is not None:
             raise read_error(reply.error, uri, ctx.protocol_version)
         try:
@@ -571,21 +595,11 @@ class AstridMcpServer:
         except MCPError as exc:
             log.error("%s; no resource updates", exc.message)
             return
-        updates = await anyio.to_thread.run_sync(self.backend.updates)
+        updates = self.backend.updates()
         try:
-            while True:
-                event = await anyio.to_thread.run_sync(updates.recv, 0.5, abandon_on_cancel=True)
-                if event is None:
-                    continue
-                for message in [event, *await anyio.to_thread.run_sync(updates.poll)]:
-                    principal = message.principal
-                    if not principal.is_verified or principal.name is None:
-                        continue
-                    try:
-                        uri = ResourceUpdated.model_validate(message.parsed()).uri
-                    except (ValueError, RecursionError):  # the broker sends only checked ones
-                        continue
-                    await self.subscriptions.updated(principal.name, uri)
+            while batch := await updates.next():
+                for principal, uri in batch:
+                    await self.subscriptions.updated(principal, uri)
         finally:
             updates.close()
 
@@ -659,7 +673,7 @@ class AstridMcpServer:
         except MCPError as exc:
             log.error("%s; no list_changed notifications", exc.message)
             return
-        changes = await anyio.to_thread.run_sync(self.backend.changes)
+        changes = self.backend.changes()
         try:
             # A change that landed before the subscription is caught here: the
             # set now is compared with what each client last listed, if it did.
@@ -667,14 +681,9 @@ class AstridMcpServer:
                 await self._reconcile(principal, refresh=False)
             if self.watching is not None:
                 self.watching.set()
-            while True:
-                event = await anyio.to_thread.run_sync(changes.recv, 0.5, abandon_on_cancel=True)
-                if event is None:
-                    continue
-                events = [event, *await anyio.to_thread.run_sync(changes.poll)]
+            while batch := await changes.next():
                 # one re-list per principal per burst, and only for principals with a client
-                touched = {e.principal.name for e in events if e.principal.is_verified and e.principal.name}
-                for principal in sorted(touched & self._connected()):
+                for principal in sorted(set(batch) & self._connected()):
                     await self._reconcile(principal, refresh=True)
                     await self._recheck_owners(principal)
                     self.changes_handled += 1
@@ -700,7 +709,7 @@ class AstridMcpServer:
 
 def _not_readable(uri: str, protocol_version: str | None, *, also: list[str] | None = None) -> MCPError:
     """A subscription to a URI the principal could not read: "resource not found", in the era's code."""
-    error = read_error(FrontDoorFailure(code=FailureCode.NOT_FOUND, message=""), uri, protocol_version)
+    error = read_error(Failure(FailureCode.NOT_FOUND, ""), uri, protocol_version)
     if also is not None and len(also) > 1 and isinstance(error.error.data, dict):
         error.error.data["uris"] = also
     return error
@@ -780,9 +789,9 @@ async def _awaited(pending: Pending[T]) -> T:
             except TimeoutError:
                 pass
             woken.clear()  # before the next look: a reply queued after it sets the event again
-        reply = pending.reply()
-        if reply is None:
-            reply = await anyio.to_thread.run_sync(pending.finish)
-        return reply
+        answer = pending.settled()
+        if answer is None:
+            answer = await anyio.to_thread.run_sync(pending.finish)
+        return answer
     finally:
         pending.close()

@@ -3,9 +3,10 @@
 Some clients (Claude Desktop among them) let the model read a resource only
 when the user attaches it by hand. With these two read-only tools the model
 fetches context itself. They are a second front door onto the very same
-calls: `list_resources` is resources/list and `read_resource` is
-resources/read, as the same principal, under the same busy cap
-(`AstridMcpServer._call`), with the same reshaping (`reshape.py`).
+calls, through the server's public ones (`AstridMcpServer.resources`,
+`.read`): `list_resources` is resources/list and `read_resource` is
+resources/read, as the same principal, under the same busy cap, with the
+same reshaping (`reshape.py`).
 
 - `list_resources` answers `{"resources": [{uri, name, title?, description?,
   mimeType?, size?}, ...]}` as compact JSON text, and the same object as
@@ -30,7 +31,7 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
-from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.contract.outcomes import FailureCode
 from astrid.host.mcp.reshape import to_contents
 
 if TYPE_CHECKING:
@@ -151,21 +152,21 @@ class ResourceTools:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}", data={"name": params.name})
 
     async def _list(self, ctx: ServerRequestContext) -> types.CallToolResult:
-        principal = self.server._principal(ctx)  # no principal: a JSON-RPC error, as resources/list
+        principal = self.server.principal_of(ctx)  # no principal: a JSON-RPC error, as resources/list
         try:
-            definitions = await self.server._call(principal, lambda door: door.list_resources())
+            resources = await self.server.resources(principal)
         except MCPError as exc:
             return failed(f"cannot list resources: {exc.message}")
-        listed = {"resources": [listed_view(resource) for resource in self.server._reshaped(definitions)]}
+        listed = {"resources": [listed_view(resource) for resource in resources]}
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(listed, separators=(",", ":"), ensure_ascii=False))],
             structured_content=listed,
         )
 
     async def _read(self, ctx: ServerRequestContext, uri: str) -> types.CallToolResult:
-        principal = self.server._principal(ctx)
+        principal = self.server.principal_of(ctx)
         try:
-            reply = await self.server._call(principal, lambda door: door.read_resource(uri), uri=uri)
+            reply = await self.server.read(principal, uri)
         except MCPError as exc:
             return failed(f"cannot read {uri}: {exc.message}")
         if reply.error is not None:

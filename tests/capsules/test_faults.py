@@ -29,7 +29,7 @@ def read_error(client: Client, uri: str) -> str:
     reply = client.read(uri)
     parsed = ReadResponse.model_validate(reply)
     assert parsed.to_wire() == reply
-    assert parsed.contents == [] and parsed.error, reply
+    assert not parsed.contents and parsed.error, reply
     assert parsed.uri == uri
     return parsed.error
 
@@ -115,7 +115,7 @@ def test_unverified_principals_fail_closed(kernel, client):
 def read_error_for(client: Client, uri: str, principal: Principal) -> str:
     (message,) = client.read_raw(uri, principal)
     reply = ReadResponse.model_validate_json(message.payload)
-    assert reply.contents == []
+    assert not reply.contents
     assert reply.error is not None
     return reply.error
 

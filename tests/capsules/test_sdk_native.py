@@ -169,7 +169,7 @@ def test_fail_closed_without_a_verified_principal(caller):
     outcome, host = read(full_capsule(), "astrid://full/one", RecordingHost(caller_value=caller))
     assert outcome[0] == "deny"
     _, reply = only_reply(host, ReadResponse)
-    assert reply.error == "principal not verified" and reply.contents == []
+    assert reply.error == "principal not verified" and not reply.contents
 
 
 @pytest.mark.parametrize(

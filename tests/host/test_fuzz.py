@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
 from astrid.host.contract._base import WireModel
-from astrid.host.contract.frontdoor import ListResourcesRequest, ReadResourceRequest
 from astrid.host.kernel.manifest import Manifest, ManifestError, parse_manifest
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
@@ -32,8 +31,6 @@ MODELS: list[type[WireModel]] = [
     DescribeResponse,
     ReadRequest,
     ReadResponse,
-    ListResourcesRequest,
-    ReadResourceRequest,
 ]
 
 

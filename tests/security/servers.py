@@ -1,4 +1,4 @@
-"""The kernel, broker and MCP front-door client in-process (`Runtime`), and what the bundled capsules still serve."""
+"""The kernel, broker and a broker client in-process (`Runtime`), and what the bundled capsules still serve."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from astrid.host.broker.client import FrontDoorClient
-from astrid.host.broker.direct import BrokerClient
-from astrid.host.bus import Principal
+from astrid.host.broker import BrokerClient
 from astrid.host.kernel.kernel import Kernel
 from astrid.host.limits import Limits
 from astrid.host.runtime import Runtime, RuntimeConfig
@@ -17,7 +15,7 @@ from tests.support.capsules import BUNDLED_URIS
 
 @dataclass
 class InProcessServer:
-    """A started Runtime (kernel + broker + MCP front-door client) for one principal."""
+    """A started Runtime (kernel + broker + broker client) for one principal."""
 
     runtime: Runtime
 
@@ -36,13 +34,9 @@ class InProcessServer:
         assert client is not None, "the runtime has not started"
         return client
 
-    def as_(self, name: str, kind: str = "verified") -> FrontDoorClient:
-        """A bus front-door client for another principal, through the trusted ingress (so a
-        `claimed` principal can be tried: the gate, not the client, must refuse it)."""
-        ingress = self.runtime.ingress
-        assert ingress is not None, "the runtime has not started"
-        principal = Principal.verified(name) if kind == "verified" else Principal.claimed(name)
-        return FrontDoorClient(self.kernel.bus, ingress, principal, limits=self.runtime.limits)
+    def as_(self, name: str) -> BrokerClient:
+        """The broker client of another (verified) principal, as the MCP server holds one."""
+        return self.runtime.client_for(name)
 
     def uris(self, name: str | None = None) -> list[str]:
         client = self._client() if name is None else self.as_(name)
@@ -50,7 +44,7 @@ class InProcessServer:
 
     def read(self, uri: str, name: str | None = None):
         client = self._client() if name is None else self.as_(name)
-        return client.read_resource(uri)
+        return client.read(uri).result()
 
     def text(self, uri: str, name: str | None = None) -> str:
         reply = self.read(uri, name)

@@ -17,9 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from astrid.host.bus import Principal
-from astrid.host.contract.frontdoor import ReadResourceReply
-from astrid.host.contract.topics import FRONT_DOOR_READ, reply_topic
+from astrid.host.bus import Principal, host_participant
 from astrid.host.limits import Limits
 from astrid.host.mcp.reshape import to_resource
 from tests.security.hostile import HOSTILE, hostile_source_id, make_hostile, name_sorting
@@ -57,17 +55,13 @@ def test_the_principal_rides_the_envelope_never_the_body(serve, bundled, hostile
     assert set(seen["body"]) == {"uri", "correlation_id"} and seen["caller"] == "alice"
     assert json.loads(served.text("astrid://body/body", "bob"))["caller"] == "bob"
 
-    # A front-door request that smuggles a principal in its body changes nothing.
-    bus, ingress = served.kernel.bus, served.runtime.ingress  # the bus front door, as its trusted ingress
-    req_id = uuid.uuid4().hex
-    smuggled = json.dumps({"req_id": req_id, "uri": "astrid://body/body", "principal": "bob", "as": "bob"})
-    with bus.subscribe(ingress, reply_topic(req_id), principal_scope=ALICE) as replies:
-        bus.publish(ingress, FRONT_DOOR_READ, smuggled, ALICE)
-        message = replies.recv(10)
-    assert message is not None and message.principal == ALICE
-    reply = ReadResourceReply.model_validate_json(message.payload)
-    seen = json.loads(reply.contents[0].text)
-    assert seen["caller"] == "alice" and set(seen["body"]) == {"uri", "correlation_id"}
+    # A request that smuggles a principal in its body has nowhere to go: the broker is asked by calls
+    # only (a client bound to one verified principal), never by a bus message anyone could shape.
+    bus = served.kernel.bus
+    smuggler = host_participant("smuggler", "smuggler-src", publish=["astrid.v1.request.*"], subscribe=[])
+    smuggled = json.dumps({"req_id": uuid.uuid4().hex, "uri": "astrid://body/body", "principal": "bob", "as": "bob"})
+    delivery = bus.publish(smuggler, "astrid.v1.request.mcp.resource.read", smuggled, ALICE)
+    assert delivery.wait(10) and delivery.receivers == 0
     assert_bundled_serve(served)
 
 

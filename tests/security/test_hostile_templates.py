@@ -20,13 +20,12 @@ import pytest
 from mcp import Client
 
 from astrid.host.broker import Broker
-from astrid.host.broker.client import FrontDoorClient
 from astrid.host.bus import Binding, Bus, InMemoryBus, Principal, host_participant
-from astrid.host.contract.frontdoor import FailureCode
-from astrid.host.contract.topics import FRONT_DOOR_CLIENT
+from astrid.host.contract.outcomes import FailureCode
 from astrid.host.limits import Limits
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, ThreadDispatcher, resource, template, template_body, text
 from tests.host.mcp.fakes import FakeKernel
 
@@ -41,13 +40,13 @@ def bus(request) -> Bus:
 
 
 @pytest.fixture
-def broker_for() -> Iterator[Callable[[Bus], Callable[[Principal], FrontDoorClient]]]:
+def broker_for() -> Iterator[Callable[[Bus], Callable[[Principal], Asker]]]:
     made: list[Broker] = []
 
-    def make(bus: Bus) -> Callable[[Principal], FrontDoorClient]:
-        ingress = FRONT_DOOR_CLIENT.participant()
-        made.append(Broker(bus, trusted_ingress=[ingress.source_id]).start())
-        return lambda principal: FrontDoorClient(bus, ingress, principal, timeout_s=10)
+    def make(bus: Bus) -> Callable[[Principal], Asker]:
+        broker = Broker(bus).start()
+        made.append(broker)
+        return lambda principal: Asker(broker, principal)
 
     yield make
     for broker in made:
@@ -189,7 +188,10 @@ def test_completions_for_a_template_it_does_not_own_are_ignored(bus, broker_for)
 
     reply = client(ALICE).complete("astrid://files/{name}", "name", "n")
 
-    assert reply.error is None and reply.values == ["notes.md", "now.txt"]
+    assert reply.error is None and reply.values == (
+        "notes.md",
+        "now.txt",
+    )
     assert hostile.completes == 1  # it heard the broadcast and answered; ignored
 
 
@@ -200,7 +202,7 @@ def test_a_silent_owner_is_an_error_never_the_hostile_answer(bus, broker_for):
 
     reply = client(ALICE).complete("astrid://files/{name}", "name", "")
 
-    assert reply.values == [] and reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
+    assert reply.values == () and reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
 
 
 def test_a_template_nobody_declared_is_never_broadcast(bus, broker_for):
@@ -242,7 +244,7 @@ def test_a_shared_uri_template_goes_to_the_first_source_id_with_an_audit_line(bu
     for needle in (shared, "winner=src-a", "loser=src-b", "verified(alice)"):
         assert needle in line
     assert body(client(ALICE).read_resource("astrid://shared/1")) == template_body("first", {"id": "1"})
-    assert client(ALICE).complete(shared, "id", "").values == ["from-a"]
+    assert client(ALICE).complete(shared, "id", "").values == ("from-a",)
 
 
 # -- attribution ----------------------------------------------------------------------------

@@ -45,8 +45,8 @@ def test_a_static_capsule_squatting_an_owned_namespace_is_dropped_without_a_bus_
     assert kernel.static_directory.replies("describe")  # introspect's describe is static
     broker = Broker(kernel.bus, authority=OwnedElsewhere(), local_replies=kernel.static_directory).start()
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
-        listed = [r.uri for r in broker.snapshot(ALICE).resources]
-        again = [r.uri for r in broker.snapshot(Principal.verified("bob")).resources]
+        listed = [r.uri for r in broker.listings.snapshot(ALICE).resources]
+        again = [r.uri for r in broker.listings.snapshot(Principal.verified("bob")).resources]
     assert listed and OWNED not in listed and listed == again
     dropped = [r.getMessage() for r in caplog.records if "outside the URI namespaces" in r.getMessage()]
     assert len(dropped) == 2 and "(alice)" in dropped[0] and "(bob)" in dropped[1]  # every round
@@ -55,6 +55,6 @@ def test_a_static_capsule_squatting_an_owned_namespace_is_dropped_without_a_bus_
 def test_a_principal_that_is_not_verified_lists_nothing(kernel):
     broker = Broker(kernel.bus, local_replies=kernel.static_directory).start()
     for claimed in (Principal.claimed("alice"), Principal.system(), Principal.verified("")):
-        assert broker.snapshot(claimed).resources == ()
-        assert broker.template_snapshot(claimed).templates == ()
-    assert broker.snapshot(ALICE).resources
+        assert broker.listings.snapshot(claimed).resources == ()
+        assert broker.listings.template_snapshot(claimed).templates == ()
+    assert broker.listings.snapshot(ALICE).resources

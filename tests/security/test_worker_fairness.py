@@ -116,7 +116,7 @@ def test_a_capsule_stuck_on_a_slow_server_never_starves_another_capsules_reads(t
             client = served.as_(name)
             while not stop.is_set():
                 with contextlib.suppress(Exception):  # the flood goes on whatever one read got
-                    client.read_resource(STUCK_READ)
+                    client.read(STUCK_READ).result()
 
         threads = [
             threading.Thread(target=flood, args=(name,), daemon=True) for name in flooders for _ in range(IN_FLIGHT)
@@ -132,7 +132,7 @@ def test_a_capsule_stuck_on_a_slow_server_never_starves_another_capsules_reads(t
             until = time.monotonic() + FLOOD_S
             while time.monotonic() < until:
                 started = time.monotonic()
-                reply = victim.read_resource(QUICK_READ)
+                reply = victim.read(QUICK_READ).result()
                 text = "".join(getattr(c, "text", "") for c in reply.contents)
                 reads.append((time.monotonic() - started, reply.error.message if reply.error else None, text))
                 stop.wait(0.2)  # pacing: a few reads spread over the flood

@@ -5,10 +5,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from astrid.host.broker import Broker
-from astrid.host.broker.client import FrontDoorClient
 from astrid.host.bus import Bus, InMemoryBus, Principal
-from astrid.host.contract.topics import FRONT_DOOR_CLIENT
 from astrid.host.limits import Limits
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import ThreadDispatcher
 from tests.host.broker.kinds import KINDS, Kind
 
@@ -36,18 +35,13 @@ def limits() -> Limits:
 
 
 @pytest.fixture
-def make_broker() -> Iterator[Callable[..., tuple[Broker, Callable[[Principal], FrontDoorClient]]]]:
+def make_broker() -> Iterator[Callable[..., tuple[Broker, Callable[[Principal], Asker]]]]:
     made: list[Broker] = []
 
-    def make(bus: Bus, limits: Limits = Limits(), timeout_s: float = 10.0):
-        ingress = FRONT_DOOR_CLIENT.participant()
-        broker = Broker(bus, limits=limits, trusted_ingress=[ingress.source_id]).start()
+    def make(bus: Bus, limits: Limits = Limits()):
+        broker = Broker(bus, limits=limits).start()
         made.append(broker)
-
-        def client(principal: Principal) -> FrontDoorClient:
-            return FrontDoorClient(bus, ingress, principal, limits=limits, timeout_s=timeout_s)
-
-        return broker, client
+        return broker, lambda principal: Asker(broker, principal)
 
     yield make
     for broker in made:

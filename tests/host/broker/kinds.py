@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from astrid.host.broker import Broker
-from astrid.host.broker.client import FrontDoorClient
+from tests.host.broker.asker import Asker
 from astrid.host.bus import Bus, Principal
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import FakeCapsule, resource, template
@@ -59,13 +59,13 @@ class Kind:
     def entries(self, capsule: FakeCapsule) -> dict[str, list[dict]]:
         return getattr(capsule, self.array)
 
-    def items(self, client: FrontDoorClient) -> list:
+    def items(self, client: Asker) -> list:
         return getattr(client, f"list_{self.array}")()
 
     def keys_of(self, items: list) -> list[str]:
         return [getattr(item, self.key_name) for item in items]
 
-    def listed(self, client: FrontDoorClient) -> list[str]:
+    def listed(self, client: Asker) -> list[str]:
         """The keys of what `client` lists, in order."""
         return self.keys_of(self.items(client))
 
@@ -85,7 +85,7 @@ RESOURCES = Kind(
     suffix="",
     entry_of=resource,
     calls_field="describes",
-    snapshot=lambda broker, principal: broker.snapshot(principal),
+    snapshot=lambda broker, principal: broker.listings.snapshot(principal),
     only_fields={"size": 42},
 )
 TEMPLATES = Kind(
@@ -95,6 +95,6 @@ TEMPLATES = Kind(
     suffix="/{x}",
     entry_of=template,
     calls_field="template_calls",
-    snapshot=lambda broker, principal: broker.template_snapshot(principal),
+    snapshot=lambda broker, principal: broker.listings.template_snapshot(principal),
 )
 KINDS = (RESOURCES, TEMPLATES)

@@ -9,8 +9,8 @@ from astrid.host.broker import Broker
 from astrid.host.broker.describe import merge_round
 from astrid.host.broker.templates import merge_templates
 from astrid.host.bus import InMemoryBus, Message, Principal
-from astrid.host.contract.topics import FRONT_DOOR_CLIENT
 from astrid.host.limits import Limits
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import FakeCapsule, ThreadDispatcher, resource, text
 
 ALICE = Principal.verified("alice")
@@ -58,14 +58,13 @@ def test_a_template_reaching_into_an_owned_namespace_is_dropped():
 
 def test_a_read_reply_from_a_capsule_that_may_not_serve_the_uri_is_never_taken():
     bus = InMemoryBus(ThreadDispatcher())
-    ingress = FRONT_DOOR_CLIENT.participant()
-    broker = Broker(bus, trusted_ingress=[ingress.source_id], authority=Owned()).start()
+    broker = Broker(bus, authority=Owned()).start()
     # an unlisted family URI inside acme's namespace, answered only by a squatter
     FakeCapsule(bus, "squat", contents={"alice": {"astrid://acme/secret": [text("astrid://acme/secret", "forged")]}})
-    outcome = broker.read_resource(ALICE, "astrid://acme/secret")
+    outcome = Asker(broker, ALICE).read_resource("astrid://acme/secret")
     assert outcome.error is not None and not outcome.contents
     # acme itself answers it
     FakeCapsule(bus, "acme", contents={"alice": {"astrid://acme/secret": [text("astrid://acme/secret", "real")]}})
-    outcome = broker.read_resource(ALICE, "astrid://acme/secret")
+    outcome = Asker(broker, ALICE).read_resource("astrid://acme/secret")
     assert outcome.error is None and outcome.contents[0].text == "real"
     broker.close()

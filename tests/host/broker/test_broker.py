@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from astrid.host.broker import BrokerClient
 from astrid.host.bus import Principal, host_participant
-from astrid.host.contract.frontdoor import CompletionReply, FailureCode, ReadResourceReply, ReadResourceRequest
-from astrid.host.contract.topics import FRONT_DOOR_CLIENT, FRONT_DOOR_COMPLETE, FRONT_DOOR_READ, reply_topic
+from astrid.host.contract.outcomes import FailureCode
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, capsules_loaded, resource, template, text
 
@@ -210,7 +210,7 @@ def test_capsule_error_reply(bus, make_broker):
     reply = client(ALICE).read_resource("astrid://c/x")
     assert reply.error.code == "capsule_error"
     assert reply.error.message == "disk on fire"
-    assert reply.contents == []
+    assert not reply.contents
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_read_replies_fail_closed(bus, make_broker, reply, code):
     _, client = make_broker(bus, limits)
     result = client(ALICE).read_resource("astrid://c/x")
     assert result.error is not None and result.error.code == code
-    assert result.contents == []
+    assert not result.contents
 
 
 def test_a_bad_chunk_meta_loses_the_field_not_the_read(bus, make_broker):
@@ -280,90 +280,34 @@ def test_read_at_the_byte_limit_is_served(bus, make_broker):
     assert client(ALICE).read_resource("astrid://c/x").contents[0].text == "é" * 256
 
 
-# -- the confused-deputy gate ---------------------------------------------------------------
+# -- the one way in: a client bound to a verified principal ----------------------------------
 
 
-def _ask(bus, sender, principal, topic, request: dict) -> dict:
-    """One raw front-door request from `sender`, and its reply."""
-    with bus.subscribe(sender, reply_topic(request["req_id"]), principal_scope=principal) as sub:
-        bus.publish(sender, topic, json.dumps(request), principal)
-        message = sub.recv(5)
-    assert message is not None
-    return json.loads(message.payload)
-
-
-def _raw_read(bus, sender, principal):
-    return _ask(bus, sender, principal, FRONT_DOOR_READ, ReadResourceRequest(req_id="r1", uri="astrid://c/x").to_wire())
-
-
-@pytest.mark.parametrize(
-    ("topic", "payload", "served", "calls"),
-    [
-        (FRONT_DOOR_READ, {"req_id": "r1", "uri": "astrid://c/x"}, "contents", "reads"),
-        (
-            FRONT_DOOR_COMPLETE,
-            {"req_id": "r1", "uri_template": "astrid://c/{x}", "argument_name": "x", "argument_value": ""},
-            "values",
-            "completes",
-        ),
-    ],
-    ids=["read", "complete"],
-)
-def test_a_request_from_an_untrusted_participant_is_denied(bus, make_broker, topic, payload, served, calls):
-    capsule = FakeCapsule(
-        bus,
-        "c",
-        contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}},
-        templates={"alice": [template("astrid://c/{x}")]},
-        completion_values={"x": ["secret-ish"]},
-    )
+def test_no_front_door_answers_on_the_bus(bus, make_broker):
+    """The bus front doors are gone: a request shaped like one reaches nobody, whoever sends it."""
+    capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "secret-ish")]}})
     make_broker(bus)
-    stranger = FRONT_DOOR_CLIENT.participant()  # right ACLs, but not the trusted ingress
+    asker = host_participant("asker", "asker-src", publish=["astrid.v1.request.*"], subscribe=["astrid.v1.response.*"])
+    for topic in ("astrid.v1.request.mcp.resource.read", "astrid.v1.request.mcp.resources.list"):
+        delivery = bus.publish(asker, topic, json.dumps({"req_id": "r1", "uri": "astrid://c/x"}), ALICE)
+        assert delivery.wait(5) and delivery.receivers == 0
+    assert capsule.reads == 0
 
-    reply = _ask(bus, stranger, ALICE, topic, payload)
 
-    assert reply["error"]["code"] == "denied"
-    assert reply.get(served, []) == []
-    assert getattr(capsule, calls) == 0
+def test_a_client_acts_for_a_verified_principal_only(bus, make_broker):
+    broker, _ = make_broker(bus)
+    for principal in (Principal.claimed("alice"), Principal.system()):
+        with pytest.raises(ValueError, match="verified principal only"):
+            BrokerClient(broker, principal)
 
 
 @pytest.mark.parametrize("principal", [Principal.claimed("alice"), Principal.system()])
 def test_read_without_a_verified_principal_is_denied(bus, make_broker, principal):
     capsule = FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
-    broker, _ = make_broker(bus)
-    trusted = FRONT_DOOR_CLIENT.participant()
-    broker.front_doors.trust(trusted.source_id)
-
-    reply = _raw_read(bus, trusted, principal)
-
-    assert reply["error"]["code"] == "denied"
+    _, client = make_broker(bus)
+    reply = client(principal).read_resource("astrid://c/x")
+    assert reply.error is not None and reply.error.code is FailureCode.DENIED
     assert capsule.reads == 0
-
-
-def test_trusted_ingress_with_verified_principal_is_served(bus, make_broker):
-    FakeCapsule(bus, "c", contents={"alice": {"astrid://c/x": [text("astrid://c/x", "x")]}})
-    broker, _ = make_broker(bus)
-    trusted = FRONT_DOOR_CLIENT.participant()
-    broker.front_doors.trust(trusted.source_id)
-    reply = _raw_read(bus, trusted, ALICE)
-    assert reply["contents"][0]["text"] == "x"
-    assert reply["kind"] == "resource.read" and reply["req_id"] == "r1"
-
-
-@pytest.mark.parametrize(
-    ("topic", "payload", "reply_model"),
-    [
-        (FRONT_DOOR_READ, {"req_id": "r2", "uri": 7}, ReadResourceReply),
-        (FRONT_DOOR_COMPLETE, {"req_id": "r2", "argument_name": 3}, CompletionReply),
-    ],
-    ids=["read", "complete"],
-)
-def test_a_malformed_front_door_request_is_answered_invalid(bus, make_broker, topic, payload, reply_model):
-    broker, _ = make_broker(bus)
-    trusted = FRONT_DOOR_CLIENT.participant()
-    broker.front_doors.trust(trusted.source_id)
-    reply = reply_model.model_validate(_ask(bus, trusted, ALICE, topic, payload))
-    assert reply.error is not None and reply.error.code is FailureCode.INVALID_REQUEST
 
 
 def test_over_long_uri_is_an_invalid_request(bus, make_broker):
@@ -374,17 +318,17 @@ def test_over_long_uri_is_an_invalid_request(bus, make_broker):
 def test_a_broker_failure_is_answered_at_once_not_left_to_time_out(bus, make_broker, monkeypatch):
     from astrid.host.errors import BrokerUnavailable
 
-    broker, client = make_broker(bus, timeout_s=5)
+    broker, _ = make_broker(bus)
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(broker, "snapshot", boom)
-    monkeypatch.setattr(broker, "_read", boom)
+    monkeypatch.setattr(broker.listings, "snapshot", boom)
+    client = BrokerClient(broker, ALICE)
     started = time.perf_counter()
     with pytest.raises(BrokerUnavailable, match="failed to list"):
-        client(ALICE).list_resources()
-    assert client(ALICE).read_resource("astrid://x").error.code == "internal"
+        client.list_resources()
+    assert client.read("astrid://x").result().error.code == "internal"
     assert time.perf_counter() - started < 1.0
 
 
@@ -456,32 +400,17 @@ def test_a_read_after_the_owner_was_removed_is_not_found(bus, make_broker):
     assert other.describes == 2 and old.reads == 0
 
 
-def test_warm_lists_answer_each_request_with_its_own_req_id_and_follow_changes(bus, make_broker):
-    """The list reply is cached per snapshot (JSON made once, req_id put in) and
-    the front-door client reuses its last validation: neither may go stale."""
+def test_warm_lists_follow_changes(bus, make_broker):
+    """A warm list is the snapshot's; a capsule-set change is seen by the next list."""
     capsule = FakeCapsule(bus, "notes", resources={"alice": [resource("astrid://notes/a")]})
     _, client = make_broker(bus)
     alice = client(ALICE)  # one client, as the MCP server holds one
-    asker = host_participant(
-        "asker", "asker-1", publish=["astrid.v1.request.mcp.*"], subscribe=["astrid.v1.response.*"]
-    )
-
-    def raw_list(req_id: str) -> dict:
-        with bus.subscribe(asker, f"astrid.v1.response.{req_id}", principal_scope=ALICE) as replies:
-            bus.publish(asker, "astrid.v1.request.mcp.resources.list", json.dumps({"req_id": req_id}), ALICE)
-            return json.loads(replies.recv(5).payload)
-
-    first, second = raw_list("first"), raw_list("second")
-    assert (first["req_id"], second["req_id"]) == ("first", "second")
-    assert first["resources"] == second["resources"] and capsule.describes == 1
-
     assert uris(alice.list_resources()) == ["astrid://notes/a"]
     assert uris(alice.list_resources()) == ["astrid://notes/a"]
     capsule.resources["alice"].append(resource("astrid://notes/a2"))
     capsules_loaded(bus, ALICE)
     assert uris(alice.list_resources()) == ["astrid://notes/a", "astrid://notes/a2"]
-    assert raw_list("third")["req_id"] == "third"
-    assert len(raw_list("fourth")["resources"]) == 2
+    assert capsule.describes == 2
 
 
 def test_an_unlisted_uri_two_capsules_answer_goes_to_the_first_source_id_not_the_fastest(

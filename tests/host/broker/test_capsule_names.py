@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from astrid.host.broker import Broker
-from astrid.host.broker.client import FrontDoorClient
 from astrid.host.bus import Bus, InMemoryBus, Principal
-from astrid.host.contract.frontdoor import FailureCode
-from astrid.host.contract.topics import FRONT_DOOR_CLIENT
+from astrid.host.contract.outcomes import FailureCode
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import ALICE, FakeCapsule, ThreadDispatcher, resource, template, text
 
 NAMES = {"src-notes": "notes", "src-alpha": "alpha", "src-beta": "beta", "src-files": "files"}
@@ -30,15 +29,14 @@ def bus() -> Bus:
 
 
 @pytest.fixture
-def named_broker() -> Iterator[Callable[..., Callable[[Principal], FrontDoorClient]]]:
+def named_broker() -> Iterator[Callable[..., Callable[[Principal], Asker]]]:
     made: list[Broker] = []
 
-    def make(bus: Bus, names: dict[str, str] | None = None) -> Callable[[Principal], FrontDoorClient]:
-        ingress = FRONT_DOOR_CLIENT.participant()
+    def make(bus: Bus, names: dict[str, str] | None = None) -> Callable[[Principal], Asker]:
         lookup = NAMES if names is None else names
-        broker = Broker(bus, trusted_ingress=[ingress.source_id], name_of=lookup.get).start()
+        broker = Broker(bus, name_of=lookup.get).start()
         made.append(broker)
-        return lambda principal: FrontDoorClient(bus, ingress, principal, timeout_s=10.0)
+        return lambda principal: Asker(broker, principal)
 
     yield make
     for broker in made:

@@ -188,19 +188,6 @@ def test_a_list_is_capped_per_principal(bus, make_broker, kind):
     assert set(kind.snapshot(broker, ALICE).owners) == set(first_three)
 
 
-def test_a_list_reply_is_trimmed_to_one_bus_message(make_broker, kind):
-    bus = InMemoryBus(max_payload_bytes=4000)
-    for half in (0, 1):
-        entries = [kind.entry(f"astrid://wide/{half}{i}", description="d" * 300) for i in range(8)]
-        kind.capsule(bus, f"wide{half}", {"alice": entries})
-    _, client = make_broker(bus)
-
-    listed = kind.listed(client(ALICE))
-
-    assert 8 < len(listed) < 16
-    assert listed == sorted(kind.keys(*(f"astrid://wide/{h}{i}" for h in (0, 1) for i in range(8))))[: len(listed)]
-
-
 # -- the cache --------------------------------------------------------------------------------
 
 

@@ -11,12 +11,12 @@ import anyio
 import mcp.types as types
 import pytest
 
-from astrid.host.broker.read_cache import FreshRead, ReadCache, max_age_of, split_freshness
-from astrid.host.broker.read_reply import ReadOutcome
+from astrid.host.broker.read_cache import ReadCache, split_freshness
 from astrid.host.bus import Principal, host_participant
-from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.contract.outcomes import FailureCode, ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition, TextChunk
 from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, resource, template, text
 from tests.host.mcp.test_server import serving
 
@@ -60,66 +60,74 @@ def body(outcome: ReadOutcome) -> str:
 def test_a_declared_fresh_read_is_served_from_the_cache(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
-    first = broker.read_resource(ALICE, FRESH)
+    first = Asker(broker, ALICE).read_resource(FRESH)
     capsule.contents["alice"][FRESH] = [text(FRESH, "alice v2")]
-    second = broker.read_resource(ALICE, FRESH)
+    second = Asker(broker, ALICE).read_resource(FRESH)
     assert body(first) == body(second) == "alice v1"
     assert capsule.read_uris == [FRESH]  # the capsule was asked once
-    assert max_age_of(first) == 60
-    assert second.source_id == capsule.source_id and 0 < (max_age_of(second) or 0) <= 60
+    assert first.max_age_s == 60
+    assert second.source_id == capsule.source_id and 0 < (second.max_age_s or 0) <= 60
 
 
-def test_a_kept_read_is_found_without_waiting_and_only_for_its_principal(bus, make_broker):
-    # `kept_read` is the lookup the MCP server makes on its event loop: it never
-    # asks a capsule, and finds exactly what `read_resource` would serve from the cache.
+def test_a_kept_read_is_settled_at_once_and_only_for_its_principal(bus, make_broker):
+    # A read the cache can answer is settled when it starts, on the MCP server's event loop:
+    # no capsule is asked, and it is exactly what the read waited for would serve.
     capsule = notes(bus)
     broker, _ = make_broker(bus)
-    assert broker.kept_read(ALICE, FRESH) is None  # nothing kept yet (and no snapshot: no round either)
+
+    def kept(principal: Principal) -> ReadOutcome | None:
+        read = broker.reads.start(principal, FRESH, failed=lambda exc: None, done=lambda outcome: None)
+        outcome = read.settled() if read.wait_s() is None else None
+        read.close()
+        return outcome
+
+    assert kept(ALICE) is None  # nothing kept yet (and no snapshot: the round is left to a thread)
     assert capsule.read_uris == []
-    broker.read_resource(ALICE, FRESH)
-    broker.read_resource(ALICE, PLAIN)
-    kept = broker.kept_read(ALICE, FRESH)
-    assert kept is not None and body(kept) == "alice v1" and kept.source_id == capsule.source_id
-    assert broker.kept_read(ALICE, PLAIN) is None  # not declared fresh: always asked
-    assert broker.kept_read(BOB, FRESH) is None  # alice's copy is never bob's
-    assert broker.kept_read(Principal.claimed("alice"), FRESH) is None
+    Asker(broker, ALICE).read_resource(FRESH)
+    Asker(broker, ALICE).read_resource(PLAIN)
+    hit = kept(ALICE)
+    assert hit is not None and body(hit) == "alice v1" and hit.source_id == capsule.source_id
+    assert kept(BOB) is None  # alice's copy is never bob's
+    denied = kept(Principal.claimed("alice"))
+    assert denied is not None and denied.error is not None and denied.error.code is FailureCode.DENIED
     assert capsule.read_uris == [FRESH, PLAIN]
     kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
     bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
-    assert broker.kept_read(ALICE, FRESH) is None  # the capsule set moved: a round decides again
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v1"
+    assert capsule.read_uris == [FRESH, PLAIN, FRESH]  # the capsule set moved: the capsule is asked again
 
 
 def test_an_undeclared_read_is_never_cached(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
-    assert body(broker.read_resource(ALICE, PLAIN)) == "plain"
+    assert body(Asker(broker, ALICE).read_resource(PLAIN)) == "plain"
     capsule.contents["alice"][PLAIN] = [text(PLAIN, "plain v2")]
-    second = broker.read_resource(ALICE, PLAIN)
+    second = Asker(broker, ALICE).read_resource(PLAIN)
     assert body(second) == "plain v2"
     assert capsule.read_uris == [PLAIN, PLAIN]
-    assert max_age_of(second) is None
-    assert len(broker.reads) == 0
+    assert second.max_age_s is None
+    assert len(broker.shared.reads) == 0
 
 
 def test_an_error_is_never_cached(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
     for _ in range(2):
-        failed = broker.read_resource(ALICE, BROKEN)
+        failed = Asker(broker, ALICE).read_resource(BROKEN)
         assert failed.error is not None and failed.error.code is FailureCode.CAPSULE_ERROR
-        assert max_age_of(failed) is None
+        assert failed.max_age_s is None
     assert capsule.read_uris == [BROKEN, BROKEN]
     capsule.contents["alice"][BROKEN] = [text(BROKEN, "fixed")]
-    assert body(broker.read_resource(ALICE, BROKEN)) == "fixed"  # the error left nothing behind
+    assert body(Asker(broker, ALICE).read_resource(BROKEN)) == "fixed"  # the error left nothing behind
 
 
 def test_two_principals_never_share_an_entry(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
-    assert body(broker.read_resource(ALICE, FRESH)) == "alice v1"
-    assert body(broker.read_resource(BOB, FRESH)) == "bob v1"
-    assert body(broker.read_resource(ALICE, FRESH)) == "alice v1"
-    assert body(broker.read_resource(BOB, FRESH)) == "bob v1"
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v1"
+    assert body(Asker(broker, BOB).read_resource(FRESH)) == "bob v1"
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v1"
+    assert body(Asker(broker, BOB).read_resource(FRESH)) == "bob v1"
     assert capsule.read_uris == [FRESH, FRESH]  # one read per principal
 
 
@@ -127,15 +135,15 @@ def test_a_capsule_set_change_drops_that_principals_entries_only(bus, make_broke
     capsule = notes(bus)
     broker, _ = make_broker(bus)
     kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
-    broker.read_resource(ALICE, FRESH)
-    broker.read_resource(BOB, FRESH)
+    Asker(broker, ALICE).read_resource(FRESH)
+    Asker(broker, BOB).read_resource(FRESH)
     capsule.contents["alice"][FRESH] = [text(FRESH, "alice v2")]
     capsule.contents["bob"][FRESH] = [text(FRESH, "bob v2")]
 
     bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
 
-    assert body(broker.read_resource(ALICE, FRESH)) == "alice v2"
-    assert body(broker.read_resource(BOB, FRESH)) == "bob v1"  # bob's capsule set did not change
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v2"
+    assert body(Asker(broker, BOB).read_resource(FRESH)) == "bob v1"  # bob's capsule set did not change
     assert capsule.read_uris == [FRESH, FRESH, FRESH]
 
 
@@ -143,12 +151,12 @@ def test_a_system_wide_change_drops_everyones_entries(bus, make_broker):
     capsule = notes(bus)
     broker, _ = make_broker(bus)
     kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
-    broker.read_resource(ALICE, FRESH)
-    broker.read_resource(BOB, FRESH)
+    Asker(broker, ALICE).read_resource(FRESH)
+    Asker(broker, BOB).read_resource(FRESH)
     bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready"}), Principal.system()).wait(5)
-    assert len(broker.reads) == 0
-    broker.read_resource(ALICE, FRESH)
-    broker.read_resource(BOB, FRESH)
+    assert len(broker.shared.reads) == 0
+    Asker(broker, ALICE).read_resource(FRESH)
+    Asker(broker, BOB).read_resource(FRESH)
     assert capsule.read_uris == [FRESH] * 4
 
 
@@ -156,27 +164,27 @@ def test_a_rebuild_drops_the_entry(bus, make_broker):
     old = notes(bus)
     broker, _ = make_broker(bus)
     kernel = host_participant("kernel", "kernel-1", publish=[CAPSULES_LOADED_TOPIC])
-    assert body(broker.read_resource(ALICE, FRESH)) == "alice v1"
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v1"
 
     old.unload()
     new = notes(bus, source_id="src-notes-rebuilt")
     new.contents["alice"][FRESH] = [text(FRESH, "rebuilt")]
     bus.publish(kernel, CAPSULES_LOADED_TOPIC, json.dumps({"status": "ready", "capsules": []}), ALICE).wait(5)
 
-    served = broker.read_resource(ALICE, FRESH)
+    served = Asker(broker, ALICE).read_resource(FRESH)
     assert body(served) == "rebuilt" and served.source_id == new.source_id
     asked = len(new.read_uris)  # the stale snapshot's broadcast reached it too, before the retry
-    assert body(broker.read_resource(ALICE, FRESH)) == "rebuilt"  # now kept for the new build
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "rebuilt"  # now kept for the new build
     assert len(new.read_uris) == asked
 
 
 def test_an_explicit_refresh_drops_the_principals_entries(bus, make_broker):
     capsule = notes(bus)
     broker, client = make_broker(bus)
-    broker.read_resource(ALICE, FRESH)
+    Asker(broker, ALICE).read_resource(FRESH)
     capsule.contents["alice"][FRESH] = [text(FRESH, "alice v2")]
     client(ALICE).list_resources(refresh=True)
-    assert body(broker.read_resource(ALICE, FRESH)) == "alice v2"
+    assert body(Asker(broker, ALICE).read_resource(FRESH)) == "alice v2"
     assert capsule.read_uris == [FRESH, FRESH]
 
 
@@ -193,13 +201,13 @@ def test_a_template_member_takes_the_templates_max_age(bus, make_broker):
     )
     broker, _ = make_broker(bus)
     for _ in range(2):
-        fresh = broker.read_resource(ALICE, "astrid://tmpl/fresh/7")
-        plain = broker.read_resource(ALICE, "astrid://tmpl/plain/7")
+        fresh = Asker(broker, ALICE).read_resource("astrid://tmpl/fresh/7")
+        plain = Asker(broker, ALICE).read_resource("astrid://tmpl/plain/7")
     assert fresh.error is None and plain.error is None
-    assert max_age_of(plain) is None and 0 < (max_age_of(fresh) or 0) <= 30
+    assert plain.max_age_s is None and 0 < (fresh.max_age_s or 0) <= 30
     assert capsule.read_uris == ["astrid://tmpl/fresh/7", "astrid://tmpl/plain/7", "astrid://tmpl/plain/7"]
     # the astrid key never reaches whoever lists the templates
-    [fresh_template, plain_template] = broker.templates(ALICE)
+    [fresh_template, plain_template] = broker.listings.templates(ALICE)
     assert fresh_template.meta is None and plain_template.meta is None
 
 
@@ -251,7 +259,7 @@ def test_an_entry_expires_after_its_max_age():
     cache.store(ALICE, "u", "src-a", ok("u", "x"), 10, cache.epoch(ALICE))
     clock.now += 4
     hit = cache.get(ALICE, "u", "src-a")
-    assert isinstance(hit, FreshRead) and hit.max_age_s == pytest.approx(6)
+    assert hit.max_age_s == pytest.approx(6)
     clock.now += 6
     assert cache.get(ALICE, "u", "src-a") is None
     assert len(cache) == 0

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from astrid.host.bus import Principal
-from astrid.host.contract.frontdoor import FailureCode
+from astrid.host.contract.outcomes import FailureCode
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, resource, template, template_body, text
 
@@ -37,7 +37,7 @@ def test_the_first_source_id_owns_a_shared_uri_template_for_reads_and_completion
     _, client = make_broker(bus)
 
     assert body(client(ALICE).read_resource("astrid://shared/7")) == template_body("cap-src-a", {"id": "7"})
-    assert client(ALICE).complete("astrid://shared/{id}", "id", "").values == ["src-a-1"]
+    assert client(ALICE).complete("astrid://shared/{id}", "id", "").values == ("src-a-1",)
 
 
 # -- the cache ------------------------------------------------------------------------------
@@ -199,7 +199,15 @@ def test_completion_comes_from_the_templates_owner(bus, make_broker):
     reply = client(ALICE).complete("astrid://files/{dir}/{name}", "name", "no", {"dir": "docs", "junk": "x"})
 
     assert reply.error is None
-    assert reply.values == ["notes.md", "now.txt"] and reply.total == 2 and reply.has_more is False
+    assert (
+        reply.values
+        == (
+            "notes.md",
+            "now.txt",
+        )
+        and reply.total == 2
+        and reply.has_more is False
+    )
     [request] = files.complete_requests
     assert request["argument_name"] == "name" and request["argument_value"] == "no"
     # only the template's other variables travel on
@@ -217,7 +225,11 @@ def test_a_completion_answer_from_another_capsule_is_ignored(bus, make_broker, c
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
         reply = client(ALICE).complete("astrid://files/{dir}/{name}", "name", "")
 
-    assert reply.values == ["notes.md", "now.txt", "other.md"]
+    assert reply.values == (
+        "notes.md",
+        "now.txt",
+        "other.md",
+    )
     assert impostor.completes == 1  # it heard the broadcast, and answered
     assert any("replies of src-a refused" in r.getMessage() for r in caplog.records)
 
@@ -229,7 +241,7 @@ def test_a_silent_owner_is_a_capsule_error_even_when_another_answers(bus, make_b
 
     reply = client(ALICE).complete("astrid://files/{dir}/{name}", "name", "")
 
-    assert reply.values == [] and reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
+    assert reply.values == () and reply.error is not None and reply.error.code is FailureCode.CAPSULE_ERROR
 
 
 def test_a_slow_owner_times_out(threaded_bus, make_broker):
@@ -269,7 +281,7 @@ def test_completion_values_are_capped(bus, make_broker):
 
     reply = client(ALICE).complete("astrid://many/{v}", "v", "")
 
-    assert reply.values == many[:100] and reply.has_more is True and reply.total == 150
+    assert list(reply.values) == many[:100] and reply.has_more is True and reply.total == 150
 
 
 @pytest.mark.parametrize(
@@ -288,7 +300,7 @@ def test_bad_completion_replies_fail_closed(bus, make_broker, raw, needle):
 
     reply = client(ALICE).complete("astrid://bad/{v}", "v", "")
 
-    assert reply.values == [] and reply.error is not None
+    assert reply.values == () and reply.error is not None
     assert reply.error.code is FailureCode.CAPSULE_ERROR and needle in reply.error.message
 
 
@@ -299,7 +311,7 @@ def test_completion_needs_a_verified_principal(bus, make_broker):
     for principal in (Principal.claimed("alice"), Principal.system()):
         reply = client(principal).complete("astrid://files/{dir}/{name}", "name", "")
         assert reply.error is not None and reply.error.code is FailureCode.DENIED
-        outcome = broker.complete(principal, "astrid://files/{dir}/{name}", "name", "")
+        outcome = broker.completions.complete(principal, "astrid://files/{dir}/{name}", "name", "")
         assert outcome.error is not None and outcome.error.code is FailureCode.DENIED
     assert files.completes == 0
 
@@ -307,7 +319,7 @@ def test_completion_needs_a_verified_principal(bus, make_broker):
 def test_a_completion_after_the_owner_was_rebuilt_goes_to_the_new_build(bus, make_broker):
     old = files_capsule(bus)
     _, client = make_broker(bus)
-    assert client(ALICE).complete("astrid://files/{dir}/{name}", "dir", "").values == ["docs"]
+    assert client(ALICE).complete("astrid://files/{dir}/{name}", "dir", "").values == ("docs",)
 
     old.unload()
     FakeCapsule(
@@ -317,4 +329,4 @@ def test_a_completion_after_the_owner_was_rebuilt_goes_to_the_new_build(bus, mak
         completion_values={"dir": ["rebuilt"]},
     )
 
-    assert client(ALICE).complete("astrid://files/{dir}/{name}", "dir", "").values == ["rebuilt"]
+    assert client(ALICE).complete("astrid://files/{dir}/{name}", "dir", "").values == ("rebuilt",)

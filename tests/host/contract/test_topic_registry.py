@@ -96,22 +96,23 @@ def test_every_registered_topic_and_pattern_is_valid() -> None:
         assert topic_problem(value, pattern=value.endswith("*")) is None, name
 
 
-@pytest.mark.parametrize("role", [topics.BROKER, topics.FRONT_DOOR_CLIENT, topics.KERNEL], ids=lambda r: r.name)
+@pytest.mark.parametrize("role", [topics.BROKER, topics.MCP_SERVER, topics.KERNEL], ids=lambda r: r.name)
 def test_each_role_has_the_acls_its_exchanges_need(role: topics.HostRole) -> None:
     participant = role.participant()
     needs = {
         "broker": (
-            [topics.DESCRIBE_TOPIC, topics.READ_REQUEST_TOPIC, topics.reply_topic("r1")],
-            [topics.DESCRIBE_REPLIES, topics.READ_REPLY_PREFIX + "c1", topics.FRONT_DOOR_LIST, topics.FRONT_DOOR_READ],
+            [topics.DESCRIBE_TOPIC, topics.READ_REQUEST_TOPIC, topics.COMPLETE_TOPIC],
+            [topics.DESCRIBE_REPLIES, topics.READ_REPLY_PREFIX + "c1", topics.CAPSULES_LOADED_TOPIC],
         ),
-        "mcp-server": ([topics.FRONT_DOOR_LIST, topics.FRONT_DOOR_READ], [topics.reply_topic("r1")]),
+        "mcp-server": ([], [topics.CAPSULES_LOADED_TOPIC]),
         "kernel": ([topics.CAPSULES_LOADED_TOPIC, topics.INVENTORY_REPLY_PREFIX + "c1"], [topics.INVENTORY_REQUEST]),
     }
     publishes, subscribes = needs[role.name]
     assert all(participant.may_publish(topic) for topic in publishes)
     assert all(participant.may_subscribe(topic) for topic in subscribes)
-    # and no more than that: nobody but the broker asks capsules anything
+    # and no more than that: nobody but the broker asks capsules anything, and nobody asks over the bus
     assert participant.may_publish(topics.DESCRIBE_TOPIC) == (role is topics.BROKER)
+    assert not participant.may_publish("astrid.v1.request.mcp.resource.read")
 
 
 def test_the_guest_sdk_replies_where_the_host_listens() -> None:

@@ -7,7 +7,7 @@ import json
 import mcp.types as types
 import pytest
 
-from astrid.host.contract.frontdoor import FrontDoorFailure
+from astrid.host.contract.outcomes import Failure
 from astrid.host.contract.resource import Annotations, BlobChunk, ResourceDefinition, TextChunk
 from astrid.host.limits import Limits
 from astrid.host.mcp.reshape import (
@@ -160,7 +160,7 @@ def test_chunks():
     ],
 )
 def test_error_codes_per_revision(code, version, expected):
-    error = read_error(FrontDoorFailure(code=code, message="why"), "astrid://u", version)
+    error = read_error(Failure(code, "why"), "astrid://u", version)
     assert error.code == expected
     assert error.data["uri"] == "astrid://u"
     if code != "not_found":

@@ -7,7 +7,7 @@ import json
 import mcp.types as types
 import pytest
 
-from astrid.host.contract.frontdoor import FailureCode, FrontDoorFailure
+from astrid.host.contract.outcomes import Failure, FailureCode
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.limits import Limits
 from astrid.host.mcp.reshape import completion_error, to_completion, to_template
@@ -66,6 +66,6 @@ def test_completion_values_are_capped_and_say_has_more():
     ],
 )
 def test_completion_errors(code, rpc):
-    error = completion_error(FrontDoorFailure(code=code, message="why"), "astrid://x/{a}")
+    error = completion_error(Failure(code, "why"), "astrid://x/{a}")
     assert error.code == rpc and error.message == "why"
     assert error.data == {"uriTemplate": "astrid://x/{a}", "reason": code.value}
