@@ -36,6 +36,7 @@ from typing import Any
 
 from wasmtime.component import _func
 
+from astrid.host.broker import BrokerClient
 from astrid.host.kernel import wasmtime_patches
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.runtime import Runtime, RuntimeConfig
@@ -146,6 +147,11 @@ def main() -> None:
         run(capsule, rounds, clock, "--json" in sys.argv)
 
 
+def reader(client: BrokerClient, uri: str) -> Callable[[], object]:
+    """One read of `uri`, waited for, as a call `split` can time."""
+    return lambda: client.read(uri).result()
+
+
 def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool) -> None:
     runtime = Runtime(RuntimeConfig(capsule_paths=[capsule], principal=PRINCIPAL))
     runtime.start(background=False)
@@ -160,7 +166,7 @@ def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool) -> None:
         print(f"uncached read, median (p90) in microseconds over {rounds} reads")
         medians: dict[str, dict[str, float]] = {}
         for name, uri in (("text", text), ("blob", blob)):
-            phases, imports = split(lambda uri=uri: client.read(uri).result(), clock, rounds)
+            phases, imports = split(reader(client, uri), clock, rounds)
             print(report(name, phases, imports))
             medians[name] = {phase: statistics.median(phases[phase]) * 1e6 for phase in PHASES}
         if as_json:

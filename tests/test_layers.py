@@ -17,8 +17,8 @@ The rules (docs/design.md, "Layer rules"):
 - `telemetry` (spans, metrics, JSON log lines) imports no other layer: the
   layers that say what they do import it;
 - the foundation modules beside them (errors, limits, tuning, settings,
-  version, toolpaths, owner_file, bounded_lru, log_throttle) import no
-  layer at all;
+  version, toolpaths, owner_file, bounded_lru, log_throttle, event_stream,
+  connection_guard) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
 - module by module: the bus's implementations are the composition root's
   choice. Only the root (`runtime`) imports the NATS bus, the package
@@ -79,6 +79,8 @@ FORBIDDEN: dict[str, set[str]] = {
             "owner_file",
             "bounded_lru",
             "log_throttle",
+            "event_stream",
+            "connection_guard",
         )
     },
 }

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from astrid.host.broker.read_round import Drain
 from astrid.host.bus import Subscription
 from astrid.host.contract.outcomes import ReadOutcome
 from astrid.host.tuning import BROKER_TUNING
+
+_T = TypeVar("_T")
 
 
 class Read:
@@ -117,7 +120,7 @@ class Read:
         if replies is not None:
             replies.close()
 
-    def _guarded(self, step: Callable[[], ReadOutcome | None]) -> ReadOutcome | None:
+    def _guarded(self, step: Callable[[], _T]) -> _T | ReadOutcome:
         try:
             return step()
         except Exception as exc:

@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from astrid.host.broker.cache import TemplateSnapshot
 from astrid.host.broker.listings import Listings, round_attributes
@@ -75,7 +76,7 @@ class _Round:
     replies: Subscription
     receivers: int
     drain: Drain | None  # None: the route's owner was not among the receivers (gone)
-    span: object
+    span: Any  # its span (`tracing.NO_SPAN` while off)
     epoch: int  # the principal's kept-reads epoch when it started (a read that overlaps a drop is not kept)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -125,7 +126,7 @@ def to_template(template: ResourceTemplate, limits: Limits = DEFAULT_LIMITS) -> 
 
 
 def to_completion(
-    values: list[str], total: int | None, has_more: bool, limits: Limits = DEFAULT_LIMITS
+    values: Sequence[str], total: int | None, has_more: bool, limits: Limits = DEFAULT_LIMITS
 ) -> types.Completion:
     """MCP `Completion`: at most `completion_values` values (then `hasMore`); a total never below the count."""
     cap = limits.completion_values

@@ -90,6 +90,7 @@ log = logging.getLogger("astrid.host.mcp")
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+E = TypeVar("E")
 
 # Principal-scoped results: a shared cache must never serve them to someone else.
 LIST_TTL_MS = 0
@@ -141,10 +142,10 @@ class FrontDoor(Protocol):
         ...
 
 
-class Events(Protocol[T_co]):
+class Events(Protocol[E]):
     """Events as they happen, taken in batches on the event loop (`event_stream.EventStream`)."""
 
-    async def next(self) -> list[T_co]:
+    async def next(self) -> list[E]:
         """Every event queued, waiting for at least one; [] once closed."""
         ...
 

@@ -154,7 +154,7 @@ def test_a_reply_on_another_capsules_describe_topic_is_still_attributed_to_its_s
     served = serve(*bundled, hostile_dir("spoof", "spoof-suffix", target="docs"))
     uris = served.uris()
     assert "astrid://spoof/spoofed" in uris
-    snapshot = served.broker.cache.get(ALICE)
+    snapshot = served.broker.shared.cache.get(ALICE)
     assert snapshot.owner_of("astrid://spoof/spoofed") == served.source_id("spoof")
     # docs' own reply on the same topic still counts, and is still docs'
     assert snapshot.owner_of("astrid://docs/index") == served.source_id("docs")
@@ -276,7 +276,7 @@ def test_a_squatted_uri_goes_to_the_first_source_id_with_an_audit_line(
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
         listed = {r.uri: r for r in served.runtime.client.list_resources()}
     winner = min(docs_sid, squat_sid)
-    assert served.broker.cache.get(ALICE).owner_of("astrid://docs/index") == winner
+    assert served.broker.shared.cache.get(ALICE).owner_of("astrid://docs/index") == winner
     audit = [r.getMessage() for r in caplog.records if r.name == "astrid.host.broker.audit"]
     assert len(audit) == 1
     line = audit[0]

@@ -78,7 +78,7 @@ def test_an_announcement_goes_to_the_principal_being_served_never_to_one_it_name
 
 def test_a_flood_of_announcements_is_rate_limited_and_said_once(serve, bundled, hostile_dir, caplog) -> None:
     served = serve(*bundled, hostile_dir("flooder", "announce", count=200))
-    limits = served.broker.announcements.limits
+    limits = served.broker.events.announcements.limits
     updates = served.runtime.updates()
     try:
         assert "astrid://flooder/ok" in served.uris()
@@ -90,7 +90,7 @@ def test_a_flood_of_announcements_is_rate_limited_and_said_once(serve, bundled, 
         elapsed = time.monotonic() - started
         allowed = limits.announcements_burst + limits.announcements_per_s * elapsed + 1
         assert 0 < len(got) <= allowed, (len(got), allowed)
-        assert served.broker.announcements.limited >= 1200 - allowed
+        assert served.broker.events.announcements.limited >= 1200 - allowed
         floods = [r.getMessage() for r in caplog.records if "faster than" in r.getMessage()]
         assert len(floods) == 1 and "flooder" in floods[0]  # at most once a minute per capsule and principal
     finally:

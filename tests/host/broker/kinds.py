@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from astrid.host.broker import Broker
-from tests.host.broker.asker import Asker
 from astrid.host.bus import Bus, Principal
 from astrid.host.limits import Limits
+from tests.host.broker.asker import Asker
 from tests.host.broker.fakes import FakeCapsule, resource, template
 
 KNOBS = ("delay", "twice", "raw", "silent", "reply_as")  # FakeCapsule's per-round knobs, kind-free

@@ -14,7 +14,7 @@ from astrid.host.broker import BrokerClient
 from astrid.host.bus import Principal, host_participant
 from astrid.host.contract.outcomes import FailureCode
 from astrid.host.limits import Limits
-from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, capsules_loaded, resource, template, text
+from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, blob, capsules_loaded, resource, text
 
 
 def uris(resources) -> list[str]:

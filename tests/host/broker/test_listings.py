@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from astrid.host.bus import InMemoryBus, Principal
+from astrid.host.bus import Principal
 from astrid.host.limits import Limits
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, capsules_loaded, resource, template
 from tests.host.broker.kinds import KINDS

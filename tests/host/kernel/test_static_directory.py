@@ -59,13 +59,13 @@ def test_a_broker_beside_the_kernel_lists_what_one_on_the_bus_lists_with_no_stat
     ids = {capsule.name: capsule.source_id for capsule in kernel.loaded()}
     direct, over_the_bus = beside(kernel), Broker(kernel.bus).start()
     for principal in PRINCIPALS:
-        heard = replies_heard(kernel, DESCRIBE_REPLIES, lambda p=principal: direct.snapshot(p))
+        heard = replies_heard(kernel, DESCRIBE_REPLIES, lambda p=principal: direct.listings.snapshot(p))
         assert heard == {ids["probe"], ids["docs"]}  # the static ones crossed no bus
-        took, listed = direct.snapshot(principal), over_the_bus.snapshot(principal)
+        took, listed = direct.listings.snapshot(principal), over_the_bus.listings.snapshot(principal)
         assert took.resources == listed.resources and took.resources
         assert took.owners == listed.owners
         assert {ids["introspect"], ids["templated"]} <= set(took.owners.values())
-        templates = direct.template_snapshot(principal), over_the_bus.template_snapshot(principal)
+        templates = direct.listings.template_snapshot(principal), over_the_bus.listings.template_snapshot(principal)
         assert templates[0].templates == templates[1].templates and templates[0].owners == templates[1].owners
     assert direct.stats.describe_rounds == len(PRINCIPALS)
     assert kernel.sandboxes.health("introspect").calls == 0  # never called for a describe
@@ -77,9 +77,9 @@ def test_static_templates_are_taken_as_static_describes_are(kernel_factory, buil
     assert kernel.static_directory.replies("templates")
     direct, over_the_bus = beside(kernel), Broker(kernel.bus).start()
     for principal in PRINCIPALS:
-        heard = replies_heard(kernel, TEMPLATES_REPLIES, lambda p=principal: direct.template_snapshot(p))
+        heard = replies_heard(kernel, TEMPLATES_REPLIES, lambda p=principal: direct.listings.template_snapshot(p))
         assert heard == set()
-        took, listed = direct.template_snapshot(principal), over_the_bus.template_snapshot(principal)
+        took, listed = direct.listings.template_snapshot(principal), over_the_bus.listings.template_snapshot(principal)
         assert took.templates == listed.templates and took.templates
         assert took.owners == listed.owners == {t.uri_template: capsule.source_id for t in took.templates}
 
@@ -104,9 +104,9 @@ def test_nobody_but_a_verified_principal_gets_a_static_reply(kernel_factory, bui
     kernel = start(kernel_factory, built_introspect.folder)
     direct = beside(kernel)
     for principal in (Principal.claimed("alice"), Principal.system(), Principal.verified("")):
-        assert direct.snapshot(principal).resources == ()
+        assert direct.listings.snapshot(principal).resources == ()
     assert direct.stats.describe_rounds == 3  # each round ran: the directory gave them nothing
-    assert direct.snapshot(PRINCIPALS[0]).resources
+    assert direct.listings.snapshot(PRINCIPALS[0]).resources
 
 
 def test_the_directory_follows_the_capsule_set(
@@ -117,8 +117,8 @@ def test_the_directory_follows_the_capsule_set(
     kernel = start(kernel_factory, tmp_path / "capsules")
     ids = {capsule.name: capsule.source_id for capsule in kernel.loaded()}
     direct = beside(kernel)
-    assert set(direct.snapshot(PRINCIPALS[0]).owners.values()) == set(ids.values())
+    assert set(direct.listings.snapshot(PRINCIPALS[0]).owners.values()) == set(ids.values())
     shutil.rmtree(introspect)
     kernel.reload()
     assert [reply.source_id for reply in kernel.static_directory.replies("describe")] == [ids["templated"]]
-    assert set(direct.snapshot(PRINCIPALS[0], refresh=True).owners.values()) == {ids["templated"]}
+    assert set(direct.listings.snapshot(PRINCIPALS[0], refresh=True).owners.values()) == {ids["templated"]}

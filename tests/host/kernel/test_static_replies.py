@@ -137,7 +137,7 @@ def test_the_broker_lists_exactly_what_it_listed_before(kernels, built_introspec
     folders = (built_introspect.folder, built_templated.folder)
     static, called = start(kernels, *folders), start(kernels, *folders, static=False)
     for principal in PRINCIPALS:
-        listed = [Broker(kernel.bus).start().snapshot(principal) for kernel in (static, called)]
+        listed = [Broker(kernel.bus).start().listings.snapshot(principal) for kernel in (static, called)]
         assert listed[0].resources == listed[1].resources and listed[0].resources
         assert listed[0].owners == listed[1].owners
     assert static.sandboxes.stats.instances_created == 0
@@ -153,7 +153,7 @@ def test_a_dynamic_describe_is_still_called_per_principal(kernels, built_probe: 
     assert guest_calls(kernel, "probe") == guest_calls(kernel, "docs") == len(PRINCIPALS)
     assert kernel.sandboxes.stats.instances_created == 2 * len(PRINCIPALS)
     seen = {
-        p.name: [r.uri for r in Broker(kernel.bus).start().snapshot(p).resources if "probe" in r.uri]
+        p.name: [r.uri for r in Broker(kernel.bus).start().listings.snapshot(p).resources if "probe" in r.uri]
         for p in PRINCIPALS
     }
     assert "astrid://probe/alice-only" in seen["alice"] and "astrid://probe/alice-only" not in seen["bob"]
@@ -181,7 +181,7 @@ def test_anyone_not_verified_gets_nothing(kernels, built_introspect: Built):
         assert describe_round(kernel, principal) == []
     assert kernel.static_replies.stats.answered == 0
     assert kernel.sandboxes.stats.instances_created == 0
-    assert Broker(kernel.bus).start().listed(Principal.claimed("alice")) == ()
+    assert Broker(kernel.bus).start().listings.listed(Principal.claimed("alice")) == ()
 
 
 def test_a_static_reply_is_published_without_a_second_parse(
