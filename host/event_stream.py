@@ -15,6 +15,7 @@ cannot make a producer hold memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -45,11 +46,7 @@ class EventStream(Generic[T]):
             self._items.append(item)
             waiters = list(self._waiters)
             self._changed.notify_all()
-        for loop, ready in waiters:
-            try:
-                loop.call_soon_threadsafe(ready.set)
-            except RuntimeError:  # that loop closed: nobody waits there any more
-                pass
+        _wake(waiters)
 
     async def next(self) -> list[T]:
         """Every event queued, waiting on the running loop for at least one; [] once closed."""
@@ -91,10 +88,12 @@ class EventStream(Generic[T]):
             self.closed = True
             waiters = list(self._waiters)
             self._changed.notify_all()
-        for loop, ready in waiters:
-            try:
-                loop.call_soon_threadsafe(ready.set)
-            except RuntimeError:
-                pass
+        _wake(waiters)
         if self.on_close is not None:
             self.on_close()
+
+
+def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]) -> None:
+    for loop, ready in waiters:
+        with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits there any more
+            loop.call_soon_threadsafe(ready.set)

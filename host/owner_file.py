@@ -22,6 +22,7 @@ of one `stat`, so a server sees another process's change on its next look.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -265,10 +266,8 @@ class OwnerOnlyFile(Generic[Content]):
         if folder.is_dir():
             return
         try:
-            folder.mkdir(parents=True, mode=0o700)
+            folder.mkdir(parents=True, mode=0o700, exist_ok=True)  # another process may make it first
             os.chmod(folder, 0o700)  # whatever the umask
-        except FileExistsError:
-            pass
         except OSError as exc:
             raise self.error(f"cannot create the folder {folder} for the {self.noun}: {exc.strerror or exc}") from None
 
@@ -284,10 +283,8 @@ def _close(fd: int | None) -> None:
 
 def _unlink(folder: int | None, path: Path) -> None:
     """Remove a temp file that is still there (after a failed write); nothing when it was renamed."""
-    try:
+    with contextlib.suppress(OSError):  # already renamed into place, or gone: nothing is left to remove
         if folder is None:  # pragma: no cover - Windows
             path.unlink()
         else:
             os.unlink(path.name, dir_fd=folder)
-    except OSError:
-        pass

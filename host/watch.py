@@ -120,8 +120,8 @@ def _look_at(item: os.DirEntry[str], depth: int, limits: WalkLimits, seen: Walk,
             if len(seen.files) >= limits.files:
                 seen.capped = f"{limits.files} files"
                 return False
-    except OSError:  # vanished between the listing and the stat
-        pass
+    except OSError:  # vanished between the listing and the stat: the next poll sees it gone
+        return True
     return True
 
 

@@ -38,6 +38,7 @@ user cache dir + `builds`), so rebuilding an unchanged capsule is a file copy.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -297,10 +298,8 @@ def _record_static(folder: Path, built: Path) -> tuple[str, ...]:
 def _freshen(folder: Path, target: Path) -> None:
     """An unchanged build copied over an identical file keeps its old time: bump it past the sources'."""
     if stale_component(folder) is not None:
-        try:
+        with contextlib.suppress(OSError):  # a time we cannot set: the next build notices again, nothing is lost
             os.utime(target)
-        except OSError:
-            pass
 
 
 def _install(source: Path, target: Path) -> None:
@@ -508,10 +507,8 @@ def _missing_module_hint(module: str) -> str:
 
     pin = f"{top}==<version>"
     for distribution in packages_distributions().get(top, [])[:1]:
-        try:
+        with contextlib.suppress(PackageNotFoundError):  # the hint keeps its `<version>` placeholder
             pin = f"{distribution}=={version(distribution)}"
-        except Exception:
-            pass
     return (
         " (a build sees only the standard library, the SDK, the capsule folder and the pure-Python packages "
         f"pinned in {REQUIREMENTS_FILE} beside app.py: add `{pin}` there)"

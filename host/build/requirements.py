@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -39,6 +40,8 @@ from pathlib import Path
 
 from astrid.host.errors import BuildError
 from astrid.host.tuning import BUILD_TUNING
+
+log = logging.getLogger(__name__)
 
 REQUIREMENTS_FILE = "requirements.txt"
 GUEST_PYTHON = "3.14"  # the CPython componentize-py 0.25 bundles
@@ -435,8 +438,8 @@ def _distributions(site: Path) -> list[tuple[str, str, Path]]:
                     name = value.strip()
                 elif key == "Version":
                     version = value.strip()
-        except OSError:
-            pass
+        except OSError as exc:  # its folder name says the same, below
+            log.debug("cannot read %s: %s", info / "METADATA", exc)
         if not name:
             name, _, version = info.name.removesuffix(".dist-info").partition("-")
         found.append((name, version, info))

@@ -13,6 +13,7 @@ another process's write instead of failing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -59,10 +60,8 @@ class KvStore:
             self._closed = True
             connections, self._connections = self._connections, []
         for connection in connections:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # closing at shutdown: its changes were committed already
                 connection.close()
-            except sqlite3.Error:
-                pass
 
     def connection(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)

@@ -23,6 +23,7 @@ again in a later process while the entry is unchanged (`digest_memo.py`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -144,9 +145,8 @@ def _fsync_folder(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # a folder that cannot be synced: the rename stands, only less durable
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -17,6 +17,7 @@ far as the seal is:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -98,10 +99,8 @@ class DigestMemo:
             os.replace(temp, self.path)
         except OSError as exc:
             log.debug("digest memo %s not written: %s", self.path, exc)
-            try:
+            with contextlib.suppress(OSError):  # the memo is only a speed-up: a stray temp file is harmless
                 temp.unlink(missing_ok=True)
-            except OSError:
-                pass
 
 
 def _canonical(digests: dict[Identity, str]) -> bytes:

@@ -30,6 +30,7 @@ run, dropped, or still waiting when the dispatcher closes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -92,10 +93,8 @@ class PoolDispatcher(Dispatcher):
 
     def background(self, task, *args) -> None:
         """Run `task(*args)` on the capsule pool (start-up work such as prewarming)."""
-        try:
+        with contextlib.suppress(RuntimeError):  # shutting down: start-up work is moot
             self._capsules.submit(task, *args)
-        except RuntimeError:  # shutting down
-            pass
 
     def _enqueue(self, lane: Lane, call: Call) -> None:
         with self._lock:
@@ -116,10 +115,8 @@ class PoolDispatcher(Dispatcher):
         elif outcome == "full":
             self._drop(call, "its lane is full")
         elif outcome == "start":
-            try:
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: close() finished the waiting calls
                 self._capsules.submit(self._work)
-            except RuntimeError:  # closed meanwhile: close() finished the waiting calls
-                pass
 
     def _may_start(self, lane: Lane) -> bool:
         """Start one more worker for a lane that may run now, if the pool has room (under the lock).

@@ -45,6 +45,7 @@ default principal only where the operator allowed that (loopback, no auth).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -776,19 +777,15 @@ async def _awaited(pending: Pending[T]) -> T:
     woken = asyncio.Event()
 
     def wake() -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
             loop.call_soon_threadsafe(woken.set)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
-            pass
 
     pending.notify(wake)
     try:
         while (wait_s := pending.wait_s()) is not None:
-            try:
+            with contextlib.suppress(TimeoutError):  # the window's time is up: `wait_s` says what is next
                 async with asyncio.timeout(wait_s):
                     await woken.wait()
-            except TimeoutError:
-                pass
             woken.clear()  # before the next look: a reply queued after it sets the event again
         answer = pending.settled()
         if answer is None:

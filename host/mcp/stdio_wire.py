@@ -24,6 +24,7 @@ any thread: a reader waiting on a quiet wire wakes at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import os
@@ -55,10 +56,8 @@ class InputStop:
 
     def request(self) -> None:
         self.requested = True
-        try:
+        with contextlib.suppress(OSError):  # the pipe is full or closed: a stop was requested already
             os.write(self._write_fd, b"x")
-        except OSError:  # the pipe is full or closed: a stop was requested already
-            pass
 
     def fileno(self) -> int:
         return self._read_fd
@@ -262,7 +261,5 @@ def _writable(fd: int, *, timeout_ms: int | None) -> bool:
 
 def _close_quietly(fd: int) -> None:
     """Close `fd`; one already closed (or never valid) is no error at shutdown."""
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass

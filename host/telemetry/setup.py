@@ -32,11 +32,14 @@ processor's own thread, never on a request's path.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from astrid.host.telemetry import tracing
+
+log = logging.getLogger(__name__)
 
 PROTOCOLS = ("http/protobuf", "grpc")
 EXPORTERS = ("otlp", "console", "none")
@@ -153,4 +156,4 @@ def shutdown() -> None:
         try:
             provider.shutdown()
         except Exception:  # exporting at exit must never turn a clean stop into a failure
-            pass
+            log.warning("the last spans were not exported at stop", exc_info=log.isEnabledFor(logging.DEBUG))

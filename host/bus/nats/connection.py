@@ -98,12 +98,12 @@ class Connection:
         if self.client is not None:
             try:
                 self.submit(self._end(farewell)).result(3)
-            except Exception:
-                pass
+            except Exception:  # closing goes on: the others expire a host that left without its goodbye
+                log.debug("the goodbye and drain did not finish", exc_info=True)
         try:
             self.submit(_cancel_tasks()).result(3)
-        except Exception:
-            pass
+        except Exception:  # the loop stops below either way
+            log.debug("the NATS loop's tasks were not all cancelled", exc_info=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(3)
         if not self.loop.is_running():

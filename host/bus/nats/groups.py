@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from astrid.host.bus.nats.connection import Connection
 from astrid.host.bus.nats.subjects import subject_for
+
+log = logging.getLogger(__name__)
 
 
 class QueueGroups:
@@ -62,4 +65,4 @@ async def _leave(subscriptions: list[Any]) -> None:
         try:
             await subscription.unsubscribe()
         except Exception:
-            pass
+            log.debug("a queue-group subscription did not unsubscribe (gone with its connection)", exc_info=True)

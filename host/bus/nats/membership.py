@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -74,7 +75,7 @@ class Membership:
             try:  # the kernel may be busy loading: never let it hold up the loop (keep the last set)
                 capsules, claims = await asyncio.wait_for(asyncio.to_thread(announced), NATS_TUNING.heartbeat_s / 2)
             except Exception:
-                pass
+                log.debug("this host's capsule set not read in time; the last one is announced", exc_info=True)
             if self._connection.closed:
                 break  # closing began while we waited: no beat (nor groups) after the goodbye
             if groups.patterns and self._connection.connected:
@@ -93,19 +94,15 @@ class Membership:
             if self._connection.connected and not self._connection.closed:
                 await self._send(self._cluster.heartbeat, json.dumps(beat))
             self.expire()
-            try:
+            with contextlib.suppress(TimeoutError):  # the heartbeat's period is over: beat again
                 await asyncio.wait_for(self._beat_now.wait(), NATS_TUNING.heartbeat_s)
-            except TimeoutError:
-                pass
             self._beat_now.clear()
 
     def beat_soon(self) -> None:
         """Beat now, not at the next heartbeat (from any thread): the capsule set changed, and the
         MCP servers re-describe once they hear it (until then they route reads to the old build)."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no more beats anyway
             self._connection.loop.call_soon_threadsafe(self._beat_now.set)
-        except RuntimeError:  # the loop is closed: no more beats anyway
-            pass
 
     def _sync_failed(self, exc: Exception) -> None:
         skipped = self._sync_lines.ready()
