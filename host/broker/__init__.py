@@ -9,25 +9,23 @@ from astrid.host.broker.broker import Broker
 from astrid.host.broker.cache import Snapshot, SnapshotCache, TemplateSnapshot
 from astrid.host.broker.client import BrokerClient
 from astrid.host.broker.complete import check_complete_reply
-from astrid.host.broker.describe import RoundResult, merge_round
+from astrid.host.broker.kinds import DESCRIBE, TEMPLATES
 from astrid.host.broker.read import Read
 from astrid.host.broker.read_reply import check_read_reply
 from astrid.host.broker.read_round import ReadStatus
-from astrid.host.broker.templates import TemplatesResult, merge_templates, pick_template
+from astrid.host.broker.templates import pick_template
 
 __all__ = [
+    "DESCRIBE",
+    "TEMPLATES",
     "Broker",
     "BrokerClient",
     "Read",
     "ReadStatus",
-    "RoundResult",
     "Snapshot",
     "SnapshotCache",
     "TemplateSnapshot",
-    "TemplatesResult",
     "check_complete_reply",
     "check_read_reply",
-    "merge_round",
-    "merge_templates",
     "pick_template",
 ]

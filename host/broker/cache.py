@@ -28,6 +28,7 @@ from astrid.host.broker.templates import TemplateRoute, pick_template, template_
 from astrid.host.bus import Principal
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
+from astrid.host.telemetry import metrics
 
 Item = TypeVar("Item")
 
@@ -80,10 +81,19 @@ _Snap = TypeVar("_Snap", bound=Kept[Any])
 class Slots(Generic[_Snap]):
     """One kind of snapshot, one per principal, under its cache's lock and generations."""
 
-    def __init__(self, lock: threading.Lock, current: Callable[[Principal], int]) -> None:
+    def __init__(
+        self, lock: threading.Lock, current: Callable[[Principal], int], make: type[_Snap], metric: str | None
+    ) -> None:
         self._lock = lock  # the cache's: shared with the other kind and the generations
         self._current = current  # the principal's generation; called with the lock held
         self._table: dict[Principal, _Snap] = {}
+        self.make = make  # the snapshot type
+        self._metric = metric  # the cache metric a lookup counts under (None: not counted)
+
+    def counted(self, hit: bool) -> None:
+        """A lookup of a fresh snapshot (`--metrics`: `astrid_cache_total`)."""
+        if self._metric is not None:
+            metrics.cache(self._metric, hit)
 
     def get(self, principal: Principal) -> _Snap | None:
         """The principal's snapshot, fresh or not (the previous good one when stale)."""
@@ -126,8 +136,8 @@ class SnapshotCache:
         self._lock = threading.Lock()
         self._generations: dict[Principal, int] = {}
         self._global_generation = 0
-        self.resources: Slots[Snapshot] = Slots(self._lock, self._current)
-        self.templates: Slots[TemplateSnapshot] = Slots(self._lock, self._current)
+        self.resources: Slots[Snapshot] = Slots(self._lock, self._current, Snapshot, "snapshot")
+        self.templates: Slots[TemplateSnapshot] = Slots(self._lock, self._current, TemplateSnapshot, None)
         self._round_locks: dict[tuple[str, Principal], threading.Lock] = {}
         self._listeners: list[Callable[[Principal | None], None]] = []
 
@@ -142,6 +152,10 @@ class SnapshotCache:
     def generation(self, principal: Principal) -> int:
         with self._lock:
             return self._current(principal)
+
+    def slots(self, kind: str) -> Slots[Any]:
+        """Where a round of `kind` ("describe", "templates") keeps its snapshots."""
+        return self.resources if kind == "describe" else self.templates
 
     def get(self, principal: Principal) -> Snapshot | None:
         """The principal's describe snapshot, fresh or not (`resources.get`)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from astrid.host.broker.broker import Broker
 from astrid.host.broker.read import Read
@@ -32,6 +34,8 @@ from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BrokerUnavailable
 
 log = logging.getLogger("astrid.host.broker")
+
+_Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
 
 
 class BrokerClient:
@@ -45,13 +49,7 @@ class BrokerClient:
 
     def list_resources(self, *, refresh: bool = False) -> list[ResourceDefinition]:
         """The principal's resources (a describe round when the snapshot is not fresh)."""
-        started = time.perf_counter()
-        try:
-            resources = self._broker.listings.listed(self.principal, refresh=refresh)
-        except Exception as exc:
-            raise BrokerUnavailable(broker_failed("list resources", exc, self.principal)) from None
-        self._said("resources.list", f"{len(resources)} resources", started)
-        return list(resources)
+        return self._listed("resources.list", "resources", self._broker.listings.listed, refresh)
 
     def list_resources_now(self) -> list[ResourceDefinition] | None:
         """The list when the snapshot is fresh, without waiting (safe on an event loop); else None."""
@@ -63,13 +61,16 @@ class BrokerClient:
         return list(resources)
 
     def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
+        return self._listed("resources.templates", "templates", self._broker.listings.templates, refresh)
+
+    def _listed(self, what: str, items: str, listing: Callable[..., tuple[_Item, ...]], refresh: bool) -> list[_Item]:
         started = time.perf_counter()
         try:
-            templates = self._broker.listings.templates(self.principal, refresh=refresh)
+            found = listing(self.principal, refresh=refresh)
         except Exception as exc:
-            raise BrokerUnavailable(broker_failed("list templates", exc, self.principal)) from None
-        self._said("resources.templates", f"{len(templates)} templates", started)
-        return list(templates)
+            raise BrokerUnavailable(broker_failed(f"list {items}", exc, self.principal)) from None
+        self._said(what, f"{len(found)} {items}", started)
+        return list(found)
 
     # -- read --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """A principal's resources and resource templates: describe and templates rounds, kept as snapshots.
 
-Both are the same fan-out (`_Listing` says what differs): publish `{}` as the
+Both are the same fan-out (`kinds.py` says what differs): publish `{}` as the
 principal, drain the replies for the describe window, merge them by the
 shared rules (`merge.merge`: one reply per source-id, limits, the URI
 authority, the lexicographically first source-id on a collision), together
@@ -22,79 +22,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, TypeVar
 
-from astrid.host.broker.authority import UriAuthority
-from astrid.host.broker.cache import Slots, Snapshot, SnapshotCache, TemplateSnapshot
-from astrid.host.broker.describe import DESCRIBE, merge_round
+from astrid.host.broker.cache import Snapshot, TemplateSnapshot
+from astrid.host.broker.kinds import DESCRIBE, TEMPLATES
 from astrid.host.broker.merge import NO_LOCAL, FanOut, LocalEntries, RoundOf, accept_local
-from astrid.host.broker.names import CapsuleNames
 from astrid.host.broker.read_cache import split_freshness
-from astrid.host.broker.shared import BrokerStats, Shared
-from astrid.host.broker.templates import TEMPLATES, merge_templates
+from astrid.host.broker.shared import Shared
 from astrid.host.bus import Message, Principal
-from astrid.host.contract.local_replies import NO_LOCAL_REPLIES, LocalKind, LocalReplies
+from astrid.host.contract.local_replies import NO_LOCAL_REPLIES, LocalReplies
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.contract.topics import DESCRIBE_REPLIES, DESCRIBE_TOPIC, TEMPLATES_REPLIES, TEMPLATES_TOPIC
-from astrid.host.limits import Limits
 from astrid.host.telemetry import metrics, tracing
 from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
 
 _Item = TypeVar("_Item", ResourceDefinition, ResourceTemplate)
-_Snap = TypeVar("_Snap", Snapshot, TemplateSnapshot)
 
 
-@dataclass(frozen=True)
-class _Listing(Generic[_Item, _Snap]):
-    """What differs between a principal's describe round and templates round: the rest is one code."""
-
-    kind: LocalKind  # "describe": its round lock, span (`broker.describe`), round metric and log lines
-    items: str  # "resources": what its log lines and span (`astrid.resources`) count
-    topic: str  # the fan-out's request topic
-    replies: str  # and the pattern of its replies
-    merge: Callable[
-        [Principal, Iterable[Message], Limits, UriAuthority, CapsuleNames, LocalEntries[_Item]], RoundOf[_Item]
-    ]
-    fan_out: FanOut[_Item]  # how its replies are checked (the host's static ones too, once: `accept_local`)
-    snapshot: Callable[..., _Snap]  # the snapshot type
-    slots: Callable[[SnapshotCache], Slots[_Snap]]  # where the cache keeps it
-    counted: Callable[[BrokerStats, float], None]  # a round done, in seconds
-    hit_metric: str | None  # the cache metric a lookup counts under (None: not counted)
-
-    def hit(self, hit: bool) -> None:
-        if self.hit_metric is not None:
-            metrics.cache(self.hit_metric, hit)
-
-
-_RESOURCES = _Listing[ResourceDefinition, Snapshot](
-    kind="describe",
-    items="resources",
-    topic=DESCRIBE_TOPIC,
-    replies=DESCRIBE_REPLIES,
-    merge=merge_round,
-    fan_out=DESCRIBE,
-    snapshot=Snapshot,
-    slots=lambda cache: cache.resources,
-    counted=BrokerStats.describe_round,
-    hit_metric="snapshot",
-)
-_TEMPLATES = _Listing[ResourceTemplate, TemplateSnapshot](
-    kind="templates",
-    items="templates",
-    topic=TEMPLATES_TOPIC,
-    replies=TEMPLATES_REPLIES,
-    merge=merge_templates,
-    fan_out=TEMPLATES,
-    snapshot=TemplateSnapshot,
-    slots=lambda cache: cache.templates,
-    counted=BrokerStats.templates_round,
-    hit_metric=None,
-)
+# Where each kind is asked and answered, by its round.
+_TOPICS = {"describe": (DESCRIBE_TOPIC, DESCRIBE_REPLIES), "templates": (TEMPLATES_TOPIC, TEMPLATES_REPLIES)}
 
 
 class Listings:
@@ -131,7 +80,7 @@ class Listings:
             # gets new templates too (on their next use), and no kept read.
             self.shared.cache.templates.mark_stale(principal)
             self.shared.reads.invalidate(principal)
-        return self._kept_or_round(_RESOURCES, principal, refresh)
+        return self._kept_or_round(DESCRIBE, principal, refresh)
 
     # -- templates -------------------------------------------------------------------
 
@@ -145,7 +94,7 @@ class Listings:
     def template_snapshot(self, principal: Principal, *, refresh: bool = False) -> TemplateSnapshot:
         if not principal.is_verified:
             return TemplateSnapshot(())
-        return self._kept_or_round(_TEMPLATES, principal, refresh)
+        return self._kept_or_round(TEMPLATES, principal, refresh)
 
     # -- who owns a URI --------------------------------------------------------------
 
@@ -177,29 +126,29 @@ class Listings:
 
     # -- both rounds -------------------------------------------------------------------
 
-    def _kept_or_round(self, listing: _Listing[_Item, _Snap], principal: Principal, refresh: bool) -> _Snap:
-        """The principal's fresh snapshot of `listing`, else (and on `refresh`) a new round's.
+    def _kept_or_round(self, kind: FanOut[_Item], principal: Principal, refresh: bool) -> Any:
+        """The principal's fresh snapshot of `kind`, else (and on `refresh`) a new round's.
         One round of a kind at a time per principal: who waited on another's round takes its snapshot."""
         cache = self.shared.cache
-        slots = listing.slots(cache)
+        slots = cache.slots(kind.round)
         if not refresh:
             hit = slots.fresh(principal)
             if hit is not None:
-                listing.hit(True)
+                slots.counted(True)
                 return hit
-        with cache.round_lock(principal, listing.kind):
+        with cache.round_lock(principal, kind.round):
             if not refresh:
                 hit = slots.fresh(principal)  # another caller's round just finished
-                listing.hit(hit is not None)
+                slots.counted(hit is not None)
                 if hit is not None:
                     return hit
-            return self._round_snapshot(listing, principal)
+            return self._round_snapshot(kind, principal)
 
-    def _round_snapshot(self, listing: _Listing[_Item, _Snap], principal: Principal) -> _Snap:
-        """One round of `listing` for `principal`, stored as its snapshot (a lost race keeps the previous one)."""
-        slots = listing.slots(self.shared.cache)
+    def _round_snapshot(self, kind: FanOut[_Item], principal: Principal) -> Any:
+        """One round of `kind` for `principal`, stored as its snapshot (a lost race keeps the previous one)."""
+        slots = self.shared.cache.slots(kind.round)
         generation = self.shared.cache.generation(principal)
-        result, receivers = self._observed_round(listing, principal)
+        result, receivers = self._observed_round(kind, principal)
         if result.empty_round and receivers > 0:
             # Capsules got the request but none answered in time: a lost race,
             # not "nothing listed". Keep what we had; try again next time.
@@ -207,19 +156,19 @@ class Listings:
             if previous is not None:
                 log.info(
                     "%s round for %s got no reply from %d receivers; keeping the previous snapshot (%d %s)",
-                    listing.kind,
+                    kind.round,
                     principal,
                     receivers,
                     len(previous.items),
-                    listing.items,
+                    kind.array,
                 )
                 slots.mark_stale(principal)
                 return previous
-            snapshot = listing.snapshot((), {}, stale=True, generation=generation)
+            snapshot = slots.make((), {}, stale=True, generation=generation)
             slots.store(principal, snapshot)
             return snapshot
-        items, ages = split_freshness(result.items, listing.fan_out.key)
-        snapshot = listing.snapshot(items, dict(result.owners), stale=False, generation=generation, max_age=ages)
+        items, ages = split_freshness(result.items, kind.key)
+        snapshot = slots.make(items, dict(result.owners), stale=False, generation=generation, max_age=ages)
         slots.store(principal, snapshot)
         return snapshot
 
@@ -235,33 +184,33 @@ class Listings:
                 messages.extend(batch)
         return messages, delivery.receivers, finished
 
-    def _observed_round(self, listing: _Listing[_Item, _Snap], principal: Principal) -> tuple[RoundOf[_Item], int]:
-        """One round of `listing` in its span (`broker.<kind>`, with how many items it found),
+    def _observed_round(self, kind: FanOut[_Item], principal: Principal) -> tuple[RoundOf[_Item], int]:
+        """One round of `kind` in its span (`broker.<round>`, with how many items it found),
         counted by how it finished."""
-        with tracing.span(f"broker.{listing.kind}") as span:
-            result, receivers, finished = self._merged_round(listing, principal)
-            metrics.broker_round(listing.kind, finished)
+        with tracing.span(f"broker.{kind.round}") as span:
+            result, receivers, finished = self._merged_round(kind, principal)
+            metrics.broker_round(kind.round, finished)
             if span:
                 round_attributes(span, principal, receivers, len(result.replied), finished)
-                span.set_attribute(f"astrid.{listing.items}", len(result.items))
+                span.set_attribute(f"astrid.{kind.array}", len(result.items))
         return result, receivers
 
-    def _merged_round(self, listing: _Listing[_Item, _Snap], principal: Principal) -> tuple[RoundOf[_Item], int, bool]:
-        """The fan-out of `listing` and its merge: (result, receivers, all finished)."""
+    def _merged_round(self, kind: FanOut[_Item], principal: Principal) -> tuple[RoundOf[_Item], int, bool]:
+        """The fan-out of `kind` and its merge: (result, receivers, all finished)."""
         shared = self.shared
         started = time.perf_counter()
-        local = self._local_entries(listing, principal)
-        messages, receivers, finished = self._fan_out(principal, listing.topic, listing.replies)
-        result = listing.merge(principal, messages, shared.limits, shared.authority, shared.names, local)
+        local = self._local_entries(kind, principal)
+        messages, receivers, finished = self._fan_out(principal, *_TOPICS[kind.round])
+        result = kind.merge(principal, messages, shared.limits, shared.authority, shared.names, local)
         receivers += len(local.replies)
         elapsed = time.perf_counter() - started
-        listing.counted(shared.stats, elapsed)
+        shared.stats.round(kind.round, elapsed)
         log.info(
             "%s for %s: %d %s from %d/%d capsules in %.1f ms%s",
-            listing.kind,
+            kind.round,
             principal,
             len(result.items),
-            listing.items,
+            kind.array,
             len(result.replied),
             receivers,
             elapsed * 1000,
@@ -269,19 +218,17 @@ class Listings:
         )
         return result, receivers, finished
 
-    def _local_entries(self, listing: _Listing[_Item, _Snap], principal: Principal) -> LocalEntries[_Item]:
+    def _local_entries(self, kind: FanOut[_Item], principal: Principal) -> LocalEntries[_Item]:
         """The host's static replies for this round (a verified principal's only, as the host's
         handlers answer), checked once per set of replies."""
         if not principal.is_verified:
             return NO_LOCAL
-        replies = self.local_replies.replies(listing.kind)
+        replies = self.local_replies.replies(kind.round)
         if not replies:
             return NO_LOCAL
-        kept = self._local.get(listing.kind)
+        kept = self._local.get(kind.round)
         if kept is None or kept.replies is not replies:  # checked against this broker's limits, fixed
-            kept = self._local[listing.kind] = accept_local(
-                listing.fan_out, replies, self.shared.limits, self.shared.names
-            )
+            kept = self._local[kind.round] = accept_local(kind, replies, self.shared.limits, self.shared.names)
         return kept
 
 

@@ -36,7 +36,7 @@ from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.bus import Message, Principal
 from astrid.host.contract._base import without_bad_meta
-from astrid.host.contract.local_replies import LocalReply
+from astrid.host.contract.local_replies import LocalKind, LocalReply
 from astrid.host.limits import Limits
 from astrid.host.tuning import BROKER_TUNING
 
@@ -48,18 +48,40 @@ Item = TypeVar("Item")
 
 @dataclass(frozen=True)
 class FanOut(Generic[Item]):
-    """What one kind of fan-out collects, and how its logs name it."""
+    """What one kind of fan-out collects, and how its logs name it (the kinds: `broker/kinds.py`)."""
 
-    round: str  # "describe": "describe reply from ..."
-    array: str  # the reply's array: "resources"
-    key_name: str  # "uri"
+    round: LocalKind  # "describe": its request and reply topics, "describe reply from ..."
+    array: str  # the reply's array, "resources"; its limits are `<array>_per_describe` and `_per_principal`
+    key_name: str  # "uri": an entry's key
     listed_twice: str  # "lists": "... lists <key> twice"
     audit_label: str  # "resource uri collision"
-    validate: Callable[[object, dict[str, Any]], Item]  # one entry, with the limits in the context
-    key: Callable[[Item], str]
+    response: Any  # the reply's model (`{<array>: [...]}`): an entry is validated through it
     authorized: Callable[[UriAuthority, str, Item], bool]  # may this source-id offer this entry?
-    per_reply: Callable[[Limits], int]
-    per_principal: Callable[[Limits], int]
+
+    def validate(self, entry: object, context: dict[str, Any]) -> Item:
+        """One entry, through the reply model: its reply-level rules and per-entry limits (in `context`)."""
+        return getattr(self.response.model_validate({self.array: [entry]}, context=context), self.array)[0]
+
+    def key(self, item: Item) -> str:
+        return getattr(item, self.key_name)
+
+    def per_reply(self, limits: Limits) -> int:
+        return getattr(limits, f"{self.array}_per_describe")
+
+    def per_principal(self, limits: Limits) -> int:
+        return getattr(limits, f"{self.array}_per_principal")
+
+    def merge(
+        self,
+        principal: Principal,
+        messages: Iterable[Message],
+        limits: Limits,
+        authority: UriAuthority = OPEN,
+        names: CapsuleNames = NO_NAMES,
+        local: LocalEntries[Item] | None = None,
+    ) -> RoundOf[Item]:
+        """One round's result from the replies it drained (see the module docstring)."""
+        return RoundOf.of(principal, merge(self, principal, messages, limits, authority, names, local or NO_LOCAL))
 
 
 @dataclass
@@ -87,9 +109,7 @@ class Collision:
 
 @dataclass
 class RoundOf(Generic[Item]):
-    """What one round of a fan-out produced for one principal: `Merged`, with the principal it ran for.
-
-    `describe.RoundResult` and `templates.TemplatesResult` are this, named for their kind."""
+    """What one round of a fan-out produced for one principal: `Merged`, with the principal it ran for."""
 
     principal: Principal
     items: list[Item] = field(default_factory=list)

@@ -33,13 +33,14 @@ class BrokerStats:
     round_seconds: list[float] = field(default_factory=list)
     read_seconds: list[float] = field(default_factory=list)
 
-    def describe_round(self, seconds: float) -> None:
+    def round(self, kind: str, seconds: float) -> None:
+        """A describe or templates round done; only a describe round's time is kept (`last_round_s`)."""
+        if kind == "templates":
+            self.templates_rounds += 1
+            return
         self.describe_rounds += 1
         self.last_round_s = seconds
         _keep(self.round_seconds, seconds)
-
-    def templates_round(self, seconds: float) -> None:
-        self.templates_rounds += 1  # its time is not kept: `last_round_s` is a describe round's
 
     def read(self, seconds: float) -> None:
         self.reads += 1

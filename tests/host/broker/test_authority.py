@@ -6,8 +6,7 @@ import json
 import logging
 
 from astrid.host.broker import Broker
-from astrid.host.broker.describe import merge_round
-from astrid.host.broker.templates import merge_templates
+from astrid.host.broker.kinds import DESCRIBE, TEMPLATES
 from astrid.host.bus import InMemoryBus, Message, Principal
 from astrid.host.limits import Limits
 from tests.host.broker.asker import Asker
@@ -41,7 +40,7 @@ def test_describe_entries_outside_what_their_capsule_may_serve_are_dropped_with_
         _reply("src-squat", "resources", [resource("astrid://acme/b"), resource("astrid://squat/y")]),
     ]
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
-        result = merge_round(ALICE, messages, Limits(), Owned())
+        result = DESCRIBE.merge(ALICE, messages, Limits(), Owned())
     assert result.owners == {"astrid://acme/a": "src-acme", "astrid://squat/y": "src-squat"}
     assert result.dropped_entries == 2
     assert sum("outside the URI namespaces" in r.getMessage() for r in caplog.records) == 2
@@ -52,8 +51,8 @@ def test_a_template_reaching_into_an_owned_namespace_is_dropped():
         {"uri_template": "astrid://{+path}", "name": "everything"},
         {"uri_template": "astrid://squat/{id}", "name": "mine"},
     ]
-    result = merge_templates(ALICE, [_reply("src-squat", "templates", templates)], Limits(), Owned())
-    assert [t.uri_template for t in result.templates] == ["astrid://squat/{id}"]
+    result = TEMPLATES.merge(ALICE, [_reply("src-squat", "templates", templates)], Limits(), Owned())
+    assert [t.uri_template for t in result.items] == ["astrid://squat/{id}"]
 
 
 def test_a_read_reply_from_a_capsule_that_may_not_serve_the_uri_is_never_taken():

@@ -7,7 +7,7 @@ import json
 import logging
 from typing import Any
 
-from astrid.host.broker.describe import DESCRIBE, merge_round
+from astrid.host.broker.kinds import DESCRIBE
 from astrid.host.broker.merge import CheckedReplies
 from astrid.host.bus import Message, Principal
 from astrid.host.limits import Limits
@@ -20,13 +20,15 @@ def message(payload: str, principal: Principal, source: str = "s1") -> Message:
 
 
 def counting_describe(calls: list[object]) -> Any:
-    """DESCRIBE whose validator counts its runs."""
+    """DESCRIBE whose reply model counts the entries it validates (one at a time)."""
 
-    def validate(entry: object, context: dict[str, Any]) -> Any:
-        calls.append(entry)
-        return DESCRIBE.validate(entry, context)
+    class Counting:
+        @staticmethod
+        def model_validate(data: Any, *, context: dict[str, Any]) -> Any:
+            calls.extend(data["resources"])
+            return DESCRIBE.response.model_validate(data, context=context)
 
-    return dataclasses.replace(DESCRIBE, validate=validate)
+    return dataclasses.replace(DESCRIBE, response=Counting)
 
 
 def test_the_same_reply_for_two_principals_is_validated_once():
@@ -73,7 +75,7 @@ def test_each_round_still_logs_its_own_dropped_entries(caplog):
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
         for name in ("alice", "bob"):
             principal = Principal.verified(name)
-            result = merge_round(principal, [message(payload, principal)], LIMITS)
-            assert [r.uri for r in result.resources] == ["astrid://ok"] and result.dropped_entries == 1
+            result = DESCRIBE.merge(principal, [message(payload, principal)], LIMITS)
+            assert [r.uri for r in result.items] == ["astrid://ok"] and result.dropped_entries == 1
     dropped = [r.getMessage() for r in caplog.records if "entry 1 dropped" in r.getMessage()]
     assert len(dropped) == 2

@@ -9,7 +9,7 @@ import logging
 from hypothesis import given
 from hypothesis import strategies as st
 
-from astrid.host.broker.describe import merge_round
+from astrid.host.broker.kinds import DESCRIBE
 from astrid.host.bus import Message, Principal
 from astrid.host.limits import Limits
 
@@ -29,8 +29,8 @@ def test_replies_of_other_principals_are_dropped(caplog):
         reply("s4", ["astrid://d"], Principal.system()),
     ]
     with caplog.at_level(logging.WARNING):
-        result = merge_round(ALICE, messages, Limits())
-    assert [r.uri for r in result.resources] == ["astrid://a"]
+        result = DESCRIBE.merge(ALICE, messages, Limits())
+    assert [r.uri for r in result.items] == ["astrid://a"]
     assert result.dropped_replies == 3
     assert result.replied == {"s1"}
 
@@ -42,9 +42,9 @@ def test_first_source_id_wins_in_every_arrival_order():
         reply("src-b", ["astrid://x", "astrid://y"]),
     ]
     for order in itertools.permutations(messages):
-        result = merge_round(ALICE, order, Limits())
+        result = DESCRIBE.merge(ALICE, order, Limits())
         assert result.owners == {"astrid://x": "src-a", "astrid://y": "src-b"}
-        assert [r.name for r in result.resources] == ["astrid://x@src-a", "astrid://y@src-b"]
+        assert [r.name for r in result.items] == ["astrid://x@src-a", "astrid://y@src-b"]
         assert sorted((c.winner, c.loser) for c in result.collisions) == [("src-a", "src-b"), ("src-a", "src-c")]
 
 
@@ -62,12 +62,12 @@ def test_the_result_never_depends_on_arrival_order(replies, random):
         first_only.setdefault(m.source_id, m)
     distinct = list(first_only.values())
     shuffled_distinct = [m for m in shuffled if first_only[m.source_id] is m]
-    one = merge_round(ALICE, distinct, Limits())
-    two = merge_round(ALICE, shuffled_distinct, Limits())
-    assert one.resources == two.resources and one.owners == two.owners
-    assert [r.uri for r in one.resources] == sorted(r.uri for r in one.resources)
+    one = DESCRIBE.merge(ALICE, distinct, Limits())
+    two = DESCRIBE.merge(ALICE, shuffled_distinct, Limits())
+    assert one.items == two.items and one.owners == two.owners
+    assert [r.uri for r in one.items] == sorted(r.uri for r in one.items)
 
 
 def test_empty_round_versus_empty_reply():
-    assert merge_round(ALICE, [], Limits()).empty_round
-    assert not merge_round(ALICE, [reply("s1", [])], Limits()).empty_round
+    assert DESCRIBE.merge(ALICE, [], Limits()).empty_round
+    assert not DESCRIBE.merge(ALICE, [reply("s1", [])], Limits()).empty_round

@@ -6,7 +6,8 @@ import itertools
 import json
 import logging
 
-from astrid.host.broker.templates import merge_templates, pick_template, template_routes
+from astrid.host.broker.kinds import TEMPLATES
+from astrid.host.broker.templates import pick_template, template_routes
 from astrid.host.bus import Message, Principal
 from astrid.host.limits import Limits
 
@@ -26,8 +27,8 @@ def test_replies_of_other_principals_are_dropped(caplog):
         reply("s4", ["astrid://d/{x}"], Principal.system()),
     ]
     with caplog.at_level(logging.WARNING, logger="astrid.host.broker"):
-        result = merge_templates(ALICE, messages, Limits())
-    assert [t.uri_template for t in result.templates] == ["astrid://a/{x}"]
+        result = TEMPLATES.merge(ALICE, messages, Limits())
+    assert [t.uri_template for t in result.items] == ["astrid://a/{x}"]
     assert result.dropped_replies == 3 and result.replied == {"s1"}
     assert any("templates reply from s2 dropped: attributed to verified(bob)" in r.getMessage() for r in caplog.records)
 
@@ -37,16 +38,16 @@ def test_first_source_id_wins_in_every_arrival_order(caplog):
     for order in itertools.permutations(messages):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="astrid.host.broker.audit"):
-            result = merge_templates(ALICE, order, Limits())
+            result = TEMPLATES.merge(ALICE, order, Limits())
         assert result.owners == {"astrid://x/{id}": "src-a"}
-        assert result.templates[0].name == "astrid://x/{id}@src-a"
+        assert result.items[0].name == "astrid://x/{id}@src-a"
         assert sorted((c.winner, c.loser) for c in result.collisions) == [("src-a", "src-b"), ("src-a", "src-c")]
         assert len([r for r in caplog.records if r.name == "astrid.host.broker.audit"]) == 2
 
 
 def test_a_lost_race_is_an_empty_round():
-    assert merge_templates(ALICE, [], Limits()).empty_round
-    assert not merge_templates(ALICE, [reply("s1", [])], Limits()).empty_round
+    assert TEMPLATES.merge(ALICE, [], Limits()).empty_round
+    assert not TEMPLATES.merge(ALICE, [reply("s1", [])], Limits()).empty_round
 
 
 def test_the_longest_literal_prefix_wins_then_the_first_source_id():
