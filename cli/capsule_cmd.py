@@ -209,16 +209,17 @@ def _code_mismatch(folder: Path, manifest, cache) -> list[str]:
     one was checked when it was built). The component is asked in the
     sandbox, as the build asks it: nothing of it runs on this Python.
     """
-    from astrid.host.build.builder import ENTRY_MODULE
     from astrid.host.build.code_check import check_manifest, read_built
+    from astrid.host.build.toolchain import toolchains
     from astrid.host.kernel.provenance import IDENTITY_FILE
 
-    if not (folder / f"{ENTRY_MODULE}.py").is_file() or (folder / IDENTITY_FILE).exists():
+    toolchain = next((each for each in toolchains() if each.detects(folder)), None)
+    if toolchain is None or (folder / IDENTITY_FILE).exists():
         return []
     reading = read_built(folder, cache=cache)
     if reading.status == "failed":
         why = f"asking the built component what it declares failed: {reading.detail}"
-        return [f"  warning: {MANIFEST_NAME} was not checked against {ENTRY_MODULE}.py ({why})"]
+        return [f"  warning: {MANIFEST_NAME} was not checked against {toolchain.entry} ({why})"]
     if reading.facts is None:
         return []
     try:

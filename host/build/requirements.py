@@ -27,17 +27,14 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
+from astrid.host.build.steps import Progress, run_tool, shown
 from astrid.host.errors import BuildError
 from astrid.host.tuning import BUILD_TUNING
 
@@ -56,8 +53,6 @@ NATIVE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".a", ".lib", ".o", ".node",
 _REQUIREMENT = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[A-Za-z0-9._,\s-]*\])?\s*(.*)")
 _EXACT = re.compile(r"==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)")
 _HASH = re.compile(r"--hash[= ]\s*[a-z0-9]+:[0-9a-fA-F]+")
-
-Progress = Callable[[str, float], None]
 
 
 def normalize(name: str) -> str:
@@ -102,14 +97,7 @@ def site_packages_of(root: Path) -> Path:
 
 
 def _where(path: Path, line: int) -> str:
-    return f"{_show(path)}:{line}"
-
-
-def _show(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    return f"{shown(path)}:{line}"
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -151,11 +139,11 @@ def read_requirements(folder: Path) -> Requirements | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise BuildError(f"{_show(path)}: cannot read: {exc.strerror or exc}") from None
+        raise BuildError(f"{shown(path)}: cannot read: {exc.strerror or exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise BuildError(f"{_show(path)}: not UTF-8 text") from None
+        raise BuildError(f"{shown(path)}: not UTF-8 text") from None
     pins: list[Pin] = []
     find_links: list[str] = []
     sources: list[str] = []
@@ -309,44 +297,15 @@ def _pip(args: list[str], cwd: Path, progress: Progress | None, phase: str | Non
     # -P: pip runs in the capsule folder (relative --find-links), which must not come first on the
     # module path: a `pip.py` there would run instead of pip, natively.
     command = [sys.executable, "-P", "-m", "pip", *args]
-    started = time.perf_counter()
-    if progress is not None and phase is not None:
-        progress(phase, 0.0)
-    try:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=_pip_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        raise BuildError(f"cannot run pip for {REQUIREMENTS_FILE}: {exc.strerror or exc}") from None
-    chunks: list[bytes] = []
-    output = process.stdout
-    assert output is not None
-    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: output.read(65536), b"")), daemon=True)
-    reader.start()
-    try:
-        while True:
-            try:
-                process.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                elapsed = time.perf_counter() - started
-                if elapsed > BUILD_TUNING.pip_timeout_s:
-                    raise BuildError(
-                        f"pip took longer than {BUILD_TUNING.pip_timeout_s:.0f} s to install {REQUIREMENTS_FILE}"
-                    ) from None
-                if progress is not None and phase is not None:
-                    progress(phase, elapsed)
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    reader.join(5)
-    return process.returncode, b"".join(chunks).decode("utf-8", "replace")
+    return run_tool(
+        command,
+        env=_pip_env(),
+        cwd=cwd,
+        name=f"pip (installing {REQUIREMENTS_FILE})",
+        progress=progress,
+        phase=phase,
+        timeout_s=BUILD_TUNING.pip_timeout_s,
+    )
 
 
 def _pip_install(requirements: Requirements, target: Path, progress: Progress | None) -> None:
@@ -368,14 +327,14 @@ def _pip_install(requirements: Requirements, target: Path, progress: Progress | 
         return
     if "No module named pip" in output:
         raise BuildError(
-            f"{_show(requirements.path)} needs pip to install its packages, and this Python has none "
+            f"{shown(requirements.path)} needs pip to install its packages, and this Python has none "
             f"(run `{Path(sys.executable).name} -m ensurepip`)"
         )
     raise BuildError(_explain_pip(requirements, output))
 
 
 def _explain_pip(requirements: Requirements, output: str) -> str:
-    where = _show(requirements.path)
+    where = shown(requirements.path)
     missing = re.search(r"No matching distribution found for (\S+)", output)
     if missing:
         wanted = missing.group(1)
@@ -459,7 +418,7 @@ def _check_pure(requirements: Requirements, site: Path) -> None:
         impure = "Root-Is-Purelib: false" in wheel or any(not tag.endswith("-none-any") for tag in tags)
         if impure:
             raise BuildError(
-                f"{_show(requirements.path)}: {label} has native code (a wheel tagged {', '.join(tags) or 'impure'}), "
+                f"{shown(requirements.path)}: {label} has native code (a wheel tagged {', '.join(tags) or 'impure'}), "
                 "which the WebAssembly guest cannot load: use a pure-Python package instead"
             )
         try:
@@ -473,7 +432,7 @@ def _check_pure(requirements: Requirements, site: Path) -> None:
         if _is_native(path.name):
             label = owners.get(relative, "a package")
             raise BuildError(
-                f"{_show(requirements.path)}: {label} has native code ({relative}), which the WebAssembly guest "
+                f"{shown(requirements.path)}: {label} has native code ({relative}), which the WebAssembly guest "
                 "cannot load: use a pure-Python package instead"
             )
 
@@ -491,6 +450,6 @@ def _check_all_pinned(requirements: Requirements, site: Path) -> None:
         lines = "\n".join(f"    {name}=={version}" for name, version in unpinned)
         names = ", ".join(name for name, _ in unpinned)
         raise BuildError(
-            f"{_show(requirements.path)}: the pinned packages also need {names}, which it does not pin. "
+            f"{shown(requirements.path)}: the pinned packages also need {names}, which it does not pin. "
             f"Add these lines to {REQUIREMENTS_FILE}:\n{lines}"
         )

@@ -16,7 +16,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from astrid.host.build.builder import componentize_py_version
+from astrid.host.build.python_toolchain import componentize_py_version
 from astrid.host.kernel.loader import source_id_for
 from astrid.host.toolpaths import componentize_py
 from astrid.wit import CAPSULE_WORLD, WIT_DIR

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from astrid.host.build import BuildError, build_capsule, content_hash
-from astrid.host.build.builder import _explain_failure
+from astrid.host.build.python_toolchain import explain_failure
 
 MANIFEST = """\
 [package]
@@ -86,7 +86,7 @@ def test_explain_failure_keeps_the_last_meaningful_line(tiny: Path):
         "AssertionError: AttributeError: module 'app' has no attribute 'WitWorld'\n\n\n"
         "Caused by:\n    AttributeError: module 'app' has no attribute 'WitWorld'\n\nStack backtrace:\n   0: x\n"
     )
-    message = _explain_failure(output, tiny)
+    message = explain_failure(output, tiny)
     assert message.endswith(
         "app.py: AttributeError: module 'app' has no attribute 'WitWorld' "
         "(end app.py with `WitWorld = capsule.world()`)"
