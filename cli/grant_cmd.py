@@ -100,7 +100,7 @@ def capsule_grant(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, .
 
 def _folder_warning(granted: str) -> str | None:
     """One line when the folder of an fs grant is not there (granted anyway: it may be made later)."""
-    from astrid.host.capabilities.grants import PRINCIPAL_PLACEHOLDER
+    from astrid.host.capabilities.plugins.fs import PRINCIPAL_PLACEHOLDER
 
     kind, _, rest = granted.partition(":")
     if kind != "fs":
@@ -223,11 +223,11 @@ def _capsules_under(roots: list[Path]) -> list[dict[str, str]]:
 
 def _grant_entry(name: str, grants: Any, found: list[dict[str, str]]) -> dict[str, Any]:
     """One capsule's line in `grants list --json`."""
-    from astrid.host.capabilities.grants import PRINCIPAL_PLACEHOLDER
+    from astrid.host.capabilities.plugins.fs import FS, PRINCIPAL_PLACEHOLDER
 
     named = [capsule for capsule in found if capsule["name"] == name]
     own = [c for c in named if grants.identity is None or c["identity"] == grants.identity]
-    missing = [p for _, p in grants.fs if PRINCIPAL_PLACEHOLDER not in p and not Path(p).is_dir()]
+    missing = [p for _, p in grants.of(FS) if PRINCIPAL_PLACEHOLDER not in p and not Path(p).is_dir()]
     return {
         "name": name,
         "grants": grants.specs(),
@@ -280,24 +280,17 @@ def capability_lines(name: str, asked: Any, granted: Any, bus: Any = None) -> li
 
     `bus` is what its `[publish]` and `[subscribe]` declare that needs
     `bus:request` (`astrid.host.kernel.reserved.BusAsks`; None: nothing)."""
-    from astrid.host.capabilities.grants import covers, usable
+    from astrid.host.capabilities.grants import usable
+    from astrid.host.capabilities.registry import capabilities
 
-    lines: list[str] = []
-    mounts = granted.mounts
-    for mount in asked.fs:
-        folder = mounts.get(mount)
-        state = f"granted: {folder}" if folder else f"not granted (astrid capsule grant {name} fs:{mount}=PATH)"
-        lines.append(f"  fs {mount}: {state}")
-    if asked.kv:
-        lines.append(f"  kv: {'granted' if granted.kv else f'not granted (astrid capsule grant {name} kv)'}")
-    for host in asked.http:
-        reaching = [grant.text() for grant in granted.http if covers(host, grant)]
-        missing = f"not granted (astrid capsule grant {name} http:{host})"
-        state = f"granted: {', '.join(reaching)}" if reaching else missing
-        lines.append(f"  http {host}: {state}")
+    lines = [
+        f"  {line}"
+        for capability in capabilities()
+        for line in capability.explain(name, asked.of(capability), granted.of(capability))
+    ]
     if bus:
         lines.append(_bus_line(name, bus, granted.bus_request))
-    used = set(usable(granted, fs=asked.fs, kv=asked.kv, http=asked.http, bus_request=bool(bus)).specs())
+    used = set(usable(granted, asked, bus_request=bool(bus)).specs())
     unused = [spec for spec in granted.specs() if spec not in used]
     if unused:
         lines.append(f"  granted but not asked for (unused): {', '.join(unused)}")

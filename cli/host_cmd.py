@@ -194,10 +194,13 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     crossing = (RESOURCE_REPLIES.removesuffix("*"), RESOURCE_EVENTS.removesuffix("*"))
     manifests = [load_manifest(folder) for folder in folders]
     publish = [pattern for manifest in manifests for pattern in manifest.publish if pattern.startswith(crossing)]
-    if any(manifest.capabilities.fs for manifest in manifests):
+    from astrid.host.capabilities.plugins.fs import FS
+    from astrid.host.capabilities.plugins.kv import KV
+
+    if any(manifest.capabilities.of(FS) for manifest in manifests):
         publish.append(RESOURCE_UPDATED_TOPIC)  # the host's own announcement of a changed file, for the capsule
     rules = host_permissions(publish, HOST_CLUSTER, [RESOURCE_REQUESTS])
-    if any(manifest.capabilities.kv for manifest in manifests):  # kv state on JetStream (`--kv-store jetstream`)
+    if any(manifest.capabilities.of(KV) for manifest in manifests):  # kv state on JetStream (`--kv-store jetstream`)
         from astrid.host.capabilities.kv_nats import kv_permissions
 
         rules["publish"] = sorted({*rules["publish"], *kv_permissions()})

@@ -2,9 +2,12 @@
 files (`fs`), per-principal key-value state (`kv`) and allowlisted outbound
 HTTP (`http`). See docs/capabilities.md.
 
-Each module here is plain Python with no wasm in it: the kernel's ABI
-(`host/kernel/capability_abi.py`) turns guest calls into calls on these and a
-`CapabilityError` into the WIT `error-code` case of the same name.
+Each capability is a plug-in (`capability.Capability`, one class each in
+`plugins/`, listed in `registry.py`): how a manifest asks for it, how the
+operator grants it, and its host functions. The modules here are plain
+Python with no wasm in them: the kernel's ABI (`host/kernel/capability_abi.py`)
+links each registered capability and turns a `CapabilityError` into the WIT
+`error-code` case of the same name.
 """
 
 from astrid.host.capabilities.errors import CapabilityError

@@ -5,7 +5,8 @@ A capsule's manifest only asks (`[capabilities]`); the operator grants with
 NAME SPEC`. A capability is usable only when it is both asked for and
 granted (`usable`), so neither side alone widens what a capsule can reach.
 
-Specs, as the operator types them:
+Specs, as the operator types them (each capability's grammar is its plug-in's,
+`capabilities/plugins/`; the file's entry holds each under its name):
 
     fs:MOUNT=PATH      the folder PATH is the capsule's read-only mount MOUNT;
                        PATH may hold `{principal}`, one folder per principal
@@ -34,62 +35,64 @@ it changes, so a grant or a revoke needs no restart.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from astrid.host.capabilities.http import HttpGrant, parse_http_grant
+from astrid.host.capabilities.asks import Asks
+from astrid.host.capabilities.capability import Capability
+from astrid.host.capabilities.registry import capabilities, for_spec, named
 from astrid.host.errors import GrantError
 from astrid.host.owner_file import OwnerOnlyFile
 
 FILE_VERSION = 1
-PRINCIPAL_PLACEHOLDER = "{principal}"
 BUS_REQUEST = "bus:request"
 # The file keeps bus rights as a list (`"bus": ["request"]`), so another one can join it.
 _BUS_RIGHTS = frozenset({"request"})
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a capsule or mount name (the manifest's grammar)
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a capsule name (the manifest's grammar)
 
 
 @dataclass(frozen=True)
 class CapsuleGrants:
-    """One capsule's grants. `fs` maps a mount name to its folder (maybe holding `{principal}`)."""
+    """One capsule's grants: each capability's, by name (`of`), and the bus right."""
 
-    fs: tuple[tuple[str, str], ...] = ()
-    kv: bool = False
-    http: tuple[HttpGrant, ...] = ()
+    granted: tuple[tuple[str, Any], ...] = ()  # (capability name, its grant) for each granted anything
     bus_request: bool = False  # may ask other capsules over the bus
     identity: str | None = None  # the capsule these belong to (`Provenance.grant_key`); None: not bound yet
 
-    @property
-    def mounts(self) -> dict[str, str]:
-        return dict(self.fs)
+    def of(self, capability: Capability[Any, Any]) -> Any:
+        return dict(self.granted).get(capability.name, capability.nothing_granted)
+
+    def with_grant(self, capability: Capability[Any, Any], grant: Any) -> CapsuleGrants:
+        """These grants with `capability`'s replaced by `grant` (nothing granted: left out)."""
+        kept = {**dict(self.granted), capability.name: grant}
+        order = [each.name for each in capabilities()]
+        granted = tuple(
+            (name, kept[name])
+            for name in sorted(kept, key=lambda name: order.index(name) if name in order else len(order))
+            if name in order and kept[name] != named(name).nothing_granted  # type: ignore[union-attr]
+        )
+        return replace(self, granted=granted)
 
     def specs(self) -> list[str]:
         """Every grant as the operator would type it."""
-        return (
-            [f"fs:{mount}={path}" for mount, path in self.fs]
-            + (["kv"] if self.kv else [])
-            + [f"http:{grant.text()}" for grant in self.http]
-            + ([BUS_REQUEST] if self.bus_request else [])
-        )
+        specs = [spec for capability in capabilities() for spec in capability.grant_specs(self.of(capability))]
+        return specs + ([BUS_REQUEST] if self.bus_request else [])
 
     def empty(self) -> bool:
-        return not (self.fs or self.kv or self.http or self.bus_request)
+        return not (self.granted or self.bus_request)
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
         if self.identity is not None:
             document["identity"] = self.identity
-        if self.fs:
-            document["fs"] = dict(self.fs)
-        if self.kv:
-            document["kv"] = True
-        if self.http:
-            document["http"] = [grant.text() for grant in self.http]
+        for name, grant in self.granted:
+            capability = named(name)
+            if capability is not None:
+                document[name] = capability.grant_json(grant)
         if self.bus_request:
             document["bus"] = ["request"]
         return document
@@ -108,38 +111,15 @@ def check_spec(spec: str) -> None:
     _with_grant(NO_GRANTS, spec)
 
 
-def usable(
-    granted: CapsuleGrants, *, fs: Iterable[str], kv: bool, http: Iterable[str], bus_request: bool = False
-) -> CapsuleGrants:
+def usable(granted: CapsuleGrants, asked: Asks, *, bus_request: bool = False) -> CapsuleGrants:
     """What a capsule may use: its grants narrowed to what its manifest asks for.
 
     `bus_request` is asked for by declaring requests or replies in `[publish]`
     or `[subscribe]` (`astrid.host.kernel.reserved.bus_asks`), not in `[capabilities]`."""
-    asked_mounts = set(fs)
-    asked_hosts = list(http)
-    return CapsuleGrants(
-        fs=tuple((mount, path) for mount, path in granted.fs if mount in asked_mounts),
-        kv=granted.kv and kv,
-        http=tuple(grant for grant in granted.http if any(covers(asked, grant) for asked in asked_hosts)),
-        bus_request=granted.bus_request and bus_request,
-    )
-
-
-def covers(asked: str, grant: HttpGrant) -> bool:
-    """Does `grant` reach the manifest's `http` entry `asked` (`host`, `host:port`, `[v6]:port`)?"""
-    host, port = _asked_host(asked)
-    default = 443 if grant.scheme == "https" else 80
-    return grant.host == host and (port is None or port == (grant.port or default))
-
-
-def mount_folder(template: str, principal: str | None) -> Path | None:
-    """The folder of a granted mount for `principal`; None when the path needs a
-    principal and there is none, or the name cannot be one folder name."""
-    if PRINCIPAL_PLACEHOLDER not in template:
-        return Path(template)
-    if principal is None or principal in (".", "..") or any(c in principal for c in "/\\\0"):
-        return None
-    return Path(template.replace(PRINCIPAL_PLACEHOLDER, principal))
+    narrowed = replace(NO_GRANTS, bus_request=granted.bus_request and bus_request)
+    for capability in capabilities():
+        narrowed = narrowed.with_grant(capability, capability.usable(granted.of(capability), asked.of(capability)))
+    return narrowed
 
 
 class GrantStore:
@@ -222,76 +202,32 @@ def _check_capsule(name: str) -> None:
 
 
 def _with_grant(current: CapsuleGrants, spec: str) -> tuple[CapsuleGrants, str]:
-    kind, _, rest = spec.partition(":")
-    if spec == "kv":
-        return replace(current, kv=True), "kv"
     if spec == BUS_REQUEST:
         return replace(current, bus_request=True), BUS_REQUEST
-    if kind == "fs":
-        mount, eq, path = rest.partition("=")
-        if not eq or not path:
-            raise GrantError(f"grant {spec!r}: write fs:MOUNT=PATH, e.g. fs:notes=~/notes")
-        _check_mount(mount, spec)
-        folder = _folder(path, spec)
-        mounts = {**current.mounts, mount: folder}
-        return replace(current, fs=tuple(sorted(mounts.items()))), f"fs:{mount}={folder}"
-    if kind == "http" and rest:
-        grant = _http_grant(rest, spec)
-        kept = tuple(g for g in current.http if g != grant) + (grant,)
-        return replace(current, http=kept), f"http:{grant.text()}"
-    shapes = f"fs:MOUNT=PATH, kv, http:HOST[:PORT] (http:http://HOST[:PORT] for http), or {BUS_REQUEST}"
-    raise GrantError(f"grant {spec!r}: write {shapes}")
+    capability = for_spec(spec)
+    if capability is None:
+        shapes = ", ".join(each.grants_like for each in capabilities())
+        raise GrantError(f"grant {spec!r}: write {shapes}, or {BUS_REQUEST}")
+    try:
+        grant, canonical = capability.granted(current.of(capability), spec)
+    except ValueError as exc:
+        raise GrantError(f"grant {spec!r}: {exc}") from None
+    return current.with_grant(capability, grant), canonical
 
 
 def _without_grant(current: CapsuleGrants, spec: str) -> CapsuleGrants:
-    kind, _, rest = spec.partition(":")
     if spec == "all":
         return replace(NO_GRANTS, identity=current.identity)
-    if spec == "kv":
-        return replace(current, kv=False)
     if spec == BUS_REQUEST:
         return replace(current, bus_request=False)
-    if kind == "fs" and rest:
-        mount = rest.partition("=")[0]
-        return replace(current, fs=tuple((m, p) for m, p in current.fs if m != mount))
-    if kind == "http" and rest:
-        grant = _http_grant(rest, spec)
-        return replace(current, http=tuple(g for g in current.http if g != grant))
-    raise GrantError(f"revoke {spec!r}: write fs:MOUNT, kv, http:HOST[:PORT], {BUS_REQUEST}, or all")
-
-
-def _check_mount(mount: str, spec: str) -> None:
-    if not _NAME.fullmatch(mount):
-        raise GrantError(f"grant {spec!r}: the mount name {mount!r} must be 1-64 characters of [a-z0-9_-]")
-
-
-def _folder(path: str, spec: str) -> str:
-    """The mount's folder as an absolute path (relative to where the command runs)."""
-    if "\0" in path:
-        raise GrantError(f"grant {spec!r}: the path holds a NUL character")
-    braces = path.replace(PRINCIPAL_PLACEHOLDER, "")
-    if "{" in braces or "}" in braces:
-        raise GrantError(f"grant {spec!r}: the only placeholder a path may hold is {PRINCIPAL_PLACEHOLDER}")
-    return os.path.abspath(os.path.expanduser(path))
-
-
-def _http_grant(text: str, spec: str) -> HttpGrant:
+    capability = for_spec(spec)
+    if capability is None:
+        shapes = ", ".join(each.revokes_like for each in capabilities())
+        raise GrantError(f"revoke {spec!r}: write {shapes}, {BUS_REQUEST}, or all")
     try:
-        return parse_http_grant(text)
+        return current.with_grant(capability, capability.revoked(current.of(capability), spec))
     except ValueError as exc:
-        raise GrantError(f"grant {spec!r}: {exc}") from None
-
-
-def _asked_host(entry: str) -> tuple[str, int | None]:
-    """`api.example.com`, `host:8080`, `[::1]:8080` from a manifest's `http` list -> (host, port)."""
-    host, port = entry, None
-    if entry.startswith("["):
-        host, _, tail = entry[1:].partition("]")
-        port = int(tail[1:]) if tail.startswith(":") else None
-    elif entry.count(":") == 1:
-        host, _, digits = entry.partition(":")
-        port = int(digits)
-    return host.lower(), port
+        raise GrantError(f"revoke {spec!r}: {exc}") from None
 
 
 # -- the format -----------------------------------------------------------------------------
@@ -300,30 +236,24 @@ def _asked_host(entry: str) -> tuple[str, int | None]:
 def _parse_capsule(name: Any, item: Any) -> CapsuleGrants:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"capsule name {name!r} is not a capsule name")
-    if not isinstance(item, dict) or set(item) - {"identity", "fs", "kv", "http", "bus"}:
-        raise ValueError(f"the grants of {name!r} must be an object with identity, fs, kv, http and bus only")
+    keys = {"identity", *(capability.name for capability in capabilities()), "bus"}
+    if not isinstance(item, dict) or set(item) - keys:
+        raise ValueError(f"the grants of {name!r} must be an object with {', '.join(sorted(keys))} only")
     identity = item.get("identity")
     if identity is not None and not (isinstance(identity, str) and identity.startswith(("key:", "folder:"))):
         raise ValueError(f'the "identity" of {name!r} must be "key:FINGERPRINT/NAME" or "folder:PATH"')
-    mounts = item.get("fs", {})
-    if not isinstance(mounts, dict) or not all(
-        isinstance(m, str) and _NAME.fullmatch(m) and isinstance(p, str) and os.path.isabs(p) for m, p in mounts.items()
-    ):
-        raise ValueError(f'the "fs" grants of {name!r} must map mount names to absolute paths')
-    kv = item.get("kv", False)
-    hosts = item.get("http", [])
-    if not isinstance(kv, bool) or not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
-        raise ValueError(f'the "kv" or "http" grants of {name!r} are malformed')
     bus = item.get("bus", [])
     if not isinstance(bus, list) or not all(isinstance(right, str) and right in _BUS_RIGHTS for right in bus):
         raise ValueError(f'the "bus" grants of {name!r} must be a list of {sorted(_BUS_RIGHTS)}')
-    return CapsuleGrants(
-        fs=tuple(sorted(mounts.items())),
-        kv=kv,
-        http=tuple(parse_http_grant(h) for h in hosts),
-        bus_request="request" in bus,
-        identity=identity,
-    )
+    grants = CapsuleGrants(bus_request="request" in bus, identity=identity)
+    for capability in capabilities():
+        if capability.name in item:
+            try:
+                grant = capability.grant_from_json(item[capability.name])
+            except ValueError as exc:
+                raise ValueError(f'the "{capability.name}" grants of {name!r} are malformed: {exc}') from None
+            grants = grants.with_grant(capability, grant)
+    return grants
 
 
 def _parse(path: Path, raw: bytes) -> dict[str, CapsuleGrants]:

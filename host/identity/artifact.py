@@ -30,7 +30,8 @@ metadata.json (format 1), keys sorted, no spaces:
     component              {"sha256": hex, "size": bytes} of component.wasm
     manifest               {"sha256": hex, "size": bytes} of Capsule.toml
     imports                the WIT packages the component imports, e.g. "astrid:ipc@1.0.0"
-    capabilities           {"fs": [...], "kv": bool, "http": [...]}, as [capabilities] asks
+    capabilities           {"fs": [...], "kv": bool, "http": [...]}, as [capabilities] asks (a capability
+                           added since format 1 only when asked: `capabilities/asks.py`)
     topics                 {"publish": [...], "subscribe": [...]}: the topic patterns it declares
     namespaces             the URI namespaces [package] namespaces claims
     toolchain (optional)   the tools the component records in its `producers` section
@@ -52,7 +53,7 @@ from typing import Any
 
 from astrid.host.errors import ManifestError
 from astrid.host.identity.errors import ArtifactError
-from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, namespace_problem, parse_manifest
+from astrid.host.kernel.manifest import MANIFEST_NAME, NOTHING_ASKED, Asks, Manifest, namespace_problem, parse_manifest
 from astrid.host.toolpaths import wasm_tools
 from astrid.host.tuning import IDENTITY_TUNING
 
@@ -210,27 +211,6 @@ def read_artifact(data: bytes, source: str | None = None) -> Artifact:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What a capsule asks for in `[capabilities]` (lists sorted)."""
-
-    fs: tuple[str, ...] = ()
-    kv: bool = False
-    http: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, manifest: Manifest) -> Capabilities:
-        asked = manifest.capabilities
-        return cls(tuple(sorted(set(asked.fs))), asked.kv, tuple(sorted(set(asked.http))))
-
-    def specs(self) -> list[str]:
-        """As the operator grants them (`fs:MOUNT=PATH` shown as `fs:MOUNT`)."""
-        return [f"fs:{m}" for m in self.fs] + (["kv"] if self.kv else []) + [f"http:{h}" for h in self.http]
-
-    def covers(self, other: Capabilities) -> bool:
-        return set(other.fs) <= set(self.fs) and (self.kv or not other.kv) and set(other.http) <= set(self.http)
-
-
-@dataclass(frozen=True)
 class Metadata:
     """metadata.json: the capsule's description, pinning its component and manifest by digest."""
 
@@ -241,7 +221,7 @@ class Metadata:
     manifest_sha256: str
     manifest_size: int
     imports: tuple[str, ...] = ()
-    capabilities: Capabilities = Capabilities()
+    capabilities: Asks = NOTHING_ASKED
     publish: tuple[str, ...] = ()
     subscribe: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ()
@@ -267,7 +247,7 @@ class Metadata:
             manifest_sha256=sha256(manifest_bytes),
             manifest_size=len(manifest_bytes),
             imports=tuple(sorted(set(imports))),
-            capabilities=Capabilities.of(manifest),
+            capabilities=manifest.capabilities,
             publish=tuple(sorted(manifest.publish)),
             subscribe=tuple(sorted(manifest.subscribe)),
             namespaces=tuple(sorted(manifest.package.namespaces)),
@@ -283,11 +263,7 @@ class Metadata:
             "component": {"sha256": self.component_sha256, "size": self.component_size},
             "manifest": {"sha256": self.manifest_sha256, "size": self.manifest_size},
             "imports": list(self.imports),
-            "capabilities": {
-                "fs": list(self.capabilities.fs),
-                "kv": self.capabilities.kv,
-                "http": list(self.capabilities.http),
-            },
+            "capabilities": self.capabilities.as_json(),
             "topics": {"publish": list(self.publish), "subscribe": list(self.subscribe)},
             "namespaces": list(self.namespaces),
         }
@@ -330,10 +306,10 @@ class Metadata:
         imports = _strings(document["imports"], "imports")
         if not all(_PACKAGE.fullmatch(i) for i in imports):
             raise _bad_metadata("imports must be WIT package names like astrid:ipc@1.0.0")
-        caps = document["capabilities"]
-        if not isinstance(caps, dict) or set(caps) != {"fs", "kv", "http"} or not isinstance(caps["kv"], bool):
-            raise _bad_metadata('capabilities must be {"fs": [...], "kv": bool, "http": [...]}')
-        capabilities = Capabilities(_strings(caps["fs"], "capabilities.fs"), caps["kv"], _strings(caps["http"], "http"))
+        try:
+            capabilities = Asks.from_json(document["capabilities"])
+        except ValueError as exc:
+            raise _bad_metadata(f"capabilities: {exc}") from None
         topics = document["topics"]
         if not isinstance(topics, dict) or set(topics) != {"publish", "subscribe"}:
             raise _bad_metadata('topics must be {"publish": [...], "subscribe": [...]}')

@@ -42,7 +42,6 @@ from astrid.host.identity.artifact import (
     MANIFEST_ENTRY,
     Artifact,
     ArtifactError,
-    Capabilities,
     Metadata,
     canonical_json,
     check_against_manifest,
@@ -54,7 +53,7 @@ from astrid.host.identity.artifact import (
 from astrid.host.identity.errors import SignatureError, UnsignedArtifact, UntrustedKey
 from astrid.host.identity.keys import PublicKey, SigningKey, is_fingerprint, short_fingerprint
 from astrid.host.identity.trust import TrustStore, trust_add_command
-from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest
+from astrid.host.kernel.manifest import MANIFEST_NAME, Asks, Manifest
 from astrid.host.kernel.provenance import IDENTITY_FILE
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -77,7 +76,7 @@ class VerifiedCapsule:
     manifest_sha256: str
     metadata_sha256: str
     namespaces: tuple[str, ...]
-    capabilities: Capabilities
+    capabilities: Asks
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     imports: tuple[str, ...]

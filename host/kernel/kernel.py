@@ -46,7 +46,9 @@ from astrid.host.bus import (
     host_participant,
 )
 from astrid.host.bus.topics import is_clean_segment
-from astrid.host.capabilities.grants import CapsuleGrants, GrantStore, mount_folder, usable
+from astrid.host.capabilities.grants import CapsuleGrants, GrantStore
+from astrid.host.capabilities.plugins.fs import FS, mount_folder
+from astrid.host.capabilities.plugins.kv import KV
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded, ResourceUpdated
 from astrid.host.contract.local_replies import LocalKind, LocalReply
 from astrid.host.contract.topics import (
@@ -181,9 +183,9 @@ class Kernel:
     def start(self) -> list[LoadResult]:
         results = self.reload()
         if self.config.kv_factory is not None and any(
-            slot.capsule.manifest.capabilities.kv for slot in self.capsules.values()
+            slot.capsule.manifest.capabilities.of(KV) for slot in self.capsules.values()
         ):
-            self.abi.capabilities.prepare_kv()  # shared kv: its bucket is ready before the first call
+            self.abi.capabilities.prepare()  # shared kv: its bucket is ready before the first call
         return results
 
     def close(self) -> None:
@@ -538,13 +540,11 @@ class Kernel:
         with self._lock:
             principals = list(self.principals)
         for capsule in self.loaded():
-            asked = capsule.manifest.capabilities
-            if not asked.fs:
+            asked = capsule.manifest.capabilities.of(FS)
+            if not asked:
                 continue
-            granted = usable(
-                self.grants.for_capsule(capsule.name, capsule.grant_identity), fs=asked.fs, kv=False, http=()
-            )
-            for _, template in granted.fs:
+            granted = FS.usable(self.grants.for_capsule(capsule.name, capsule.grant_identity).of(FS), asked)
+            for _, template in granted:
                 for principal in principals:
                     folder = mount_folder(template, principal.name if principal.is_verified else None)
                     if folder is not None:

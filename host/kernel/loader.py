@@ -10,6 +10,7 @@ from pathlib import Path
 import wasmtime
 from wasmtime.component import Component
 
+from astrid.host.capabilities.registry import capabilities
 from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
@@ -18,19 +19,16 @@ from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
 
-HOST_IMPORTS = frozenset(
-    {
-        "astrid:ipc/host@1.0.0",
-        "astrid:sys/host@1.0.0",
-        "astrid:guest/lifecycle@1.0.0",
-        # the capabilities: linked into every capsule, served only when asked and granted
-        "astrid:fs/host@1.0.0",
-        "astrid:kv/host@1.0.0",
-        "astrid:http/host@1.0.0",
-    }
-)
+# the host ABI; besides it, each registered capability's interface (`host_imports`)
+HOST_IMPORTS = frozenset({"astrid:ipc/host@1.0.0", "astrid:sys/host@1.0.0", "astrid:guest/lifecycle@1.0.0"})
 TYPE_ONLY_IMPORTS = frozenset({"astrid:guest/lifecycle@1.0.0", "capsule-result"})
 HOOK_EXPORT = "astrid-hook-trigger"
+
+
+def host_imports() -> frozenset[str]:
+    """What a capsule may import: the host ABI and every capability's interface (linked into every
+    capsule, served only when asked and granted)."""
+    return HOST_IMPORTS | {capability.interface for capability in capabilities()}
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,7 @@ def check_interface(name: str, component: Component, engine: wasmtime.Engine) ->
     """Only the host ABI may be imported (no WASI), and the interceptor must be exported."""
     component_type = component.type
     imports = set(component_type.imports(engine))
-    foreign = sorted(imports - HOST_IMPORTS - TYPE_ONLY_IMPORTS)
+    foreign = sorted(imports - host_imports() - TYPE_ONLY_IMPORTS)
     if foreign:
         hint = (
             " (build Python capsules with --stub-wasi: `astrid capsule build` does)"

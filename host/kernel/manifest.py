@@ -14,8 +14,9 @@
                          the URI prefixes this capsule can own; reads for other
                          URIs skip it)
     [capabilities]       fs = ["notes"], kv = true, http = ["api.example.com"]
-                         (what the capsule asks for; nothing is usable until
-                         the operator grants it: docs/capabilities.md)
+                         (what the capsule asks for, each key a capability
+                         of `capabilities/registry.py`; nothing is usable
+                         until the operator grants it: docs/capabilities.md)
 
 Unknown tables are an error naming them; names and topics use the bus grammar.
 """
@@ -25,11 +26,12 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from astrid.host.bus.topics import topic_problem
+from astrid.host.capabilities.asks import NOTHING_ASKED, Asks
 from astrid.host.errors import ManifestError
 
 MANIFEST_NAME = "Capsule.toml"
@@ -109,31 +111,8 @@ class ResourceHints(_Strict):
     families: list[str] = []
 
 
-_HOST = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
-
-
-class CapabilityAsk(_Strict):
-    """What a capsule asks for; the operator's grants decide what it gets."""
-
-    fs: list[str] = []  # mount names: the first segment of every path the capsule reads
-    kv: bool = False
-    http: list[str] = []  # host names or addresses, each optionally with :port
-
-    @field_validator("fs")
-    @classmethod
-    def _mounts(cls, value: list[str]) -> list[str]:
-        for mount in value:
-            if not _NAME.fullmatch(mount):
-                raise ValueError(f"mount {mount!r} must be 1-64 characters of [a-z0-9_-], starting with a letter/digit")
-        return value
-
-    @field_validator("http")
-    @classmethod
-    def _hosts(cls, value: list[str]) -> list[str]:
-        for host in value:
-            if not _HOST.fullmatch(host):
-                raise ValueError(f"host {host!r} must be a host name or address, maybe with :port (no scheme, no path)")
-        return value
+# What a capsule asks of each host capability, checked by that capability (`capabilities/asks.py`).
+CapabilityAsks = Annotated[Asks, BeforeValidator(Asks.parse)]
 
 
 def _check_patterns(table: dict[str, Any], what: str) -> None:
@@ -144,13 +123,15 @@ def _check_patterns(table: dict[str, Any], what: str) -> None:
 
 
 class Manifest(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, arbitrary_types_allowed=True)
+
     package: Package
     component: list[ComponentEntry] = Field(min_length=1, max_length=1)
     subscribe: dict[str, TopicEntry] = {}
     publish: dict[str, TopicEntry] = {}
     config: dict[str, Any] = {}
     resources: ResourceHints | None = None
-    capabilities: CapabilityAsk = CapabilityAsk()
+    capabilities: CapabilityAsks = NOTHING_ASKED
 
     @model_validator(mode="before")
     @classmethod

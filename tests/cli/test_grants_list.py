@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from astrid.host.capabilities.grants import GrantStore
+from astrid.host.capabilities.plugins.fs import FS
 from astrid.host.settings import CAPSULE_HOME_ENV, CONFIG_DIR_ENV
 from astrid.host.toolpaths import tool_path
 
@@ -116,7 +117,7 @@ def test_granting_a_folder_that_does_not_exist_warns_in_one_line_and_still_grant
     assert warnings == [
         f"astrid: warning: {missing} does not exist (yet): the capsule gets nothing from it until it is a folder"
     ]
-    assert GrantStore(config_dir / "grants.json").for_capsule("reader").mounts == {"notes": str(missing)}
+    assert GrantStore(config_dir / "grants.json").for_capsule("reader").of(FS) == (("notes", str(missing)),)
 
     missing.mkdir()
     assert "warning" not in astrid("capsule", "grant", "reader", f"fs:notes={missing}").stderr

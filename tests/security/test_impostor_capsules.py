@@ -20,6 +20,7 @@ import pytest
 
 from astrid.capsules import CAPSULES_DIR
 from astrid.host.capabilities.grants import NO_GRANTS, GrantStore
+from astrid.host.capabilities.plugins.kv import KV
 from tests.support.capsules import build_clean
 from tests.support.processes import astrid_exe
 
@@ -95,7 +96,7 @@ def test_grants_made_before_identity_binding_go_to_the_capsule_they_were_made_fo
 def test_a_capsule_signed_by_another_key_gets_none_of_a_publishers_grants(tmp_path):
     store = GrantStore(tmp_path / "grants.json")
     store.grant("files", "kv", "key:" + "a" * 64 + "/files")
-    assert store.for_capsule("files", "key:" + "a" * 64 + "/files").kv
+    assert store.for_capsule("files", "key:" + "a" * 64 + "/files").of(KV)
     assert store.for_capsule("files", "key:" + "b" * 64 + "/files") == NO_GRANTS
     assert store.for_capsule("files", f"folder:{tmp_path}/files") == NO_GRANTS
 

@@ -11,12 +11,12 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 TIMEOUT_S = 60
 
 
-def build_wat(wat: Path, out: Path) -> Path:
-    """The capsule-world component of the core module in `wat`, written to `out`."""
+def build_wat(wat: Path, out: Path, *, wit: Path = WIT_DIR, world: str = CAPSULE_WORLD) -> Path:
+    """The component of the core module in `wat` (of `world` in the WIT folder `wit`), written to `out`."""
     core = out.with_suffix(".core.wasm")
     tools = wasm_tools()
     subprocess.run(
-        [tools, "component", "embed", str(WIT_DIR), "--world", CAPSULE_WORLD, str(wat), "-o", str(core)],
+        [tools, "component", "embed", str(wit), "--world", world, str(wat), "-o", str(core)],
         check=True,
         capture_output=True,
         timeout=TIMEOUT_S,

@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.capabilities.grants import NO_GRANTS, GrantStore, covers, mount_folder, usable
+from astrid.host.capabilities.asks import Asks
+from astrid.host.capabilities.grants import NO_GRANTS, GrantStore, usable
 from astrid.host.capabilities.http import parse_http_grant
+from astrid.host.capabilities.plugins.fs import FS, mount_folder
+from astrid.host.capabilities.plugins.http import HTTP, covered
+from astrid.host.capabilities.plugins.kv import KV
 from astrid.host.errors import GrantError
+
+
+def asks(**table: object) -> Asks:
+    return Asks.parse(table)
 
 
 @pytest.fixture
@@ -24,8 +32,8 @@ def test_a_grant_is_kept_per_capsule_in_canonical_form_in_an_owner_only_file(sto
     assert store.grant("files", "kv") == "kv"
     assert store.grant("files", "http:API.example.com") == "http:api.example.com"
     grants = store.for_capsule("files")
-    assert grants.mounts == {"notes": f"{tmp_path}/notes"} and grants.kv
-    assert [g.text() for g in grants.http] == ["api.example.com"]
+    assert dict(grants.of(FS)) == {"notes": f"{tmp_path}/notes"} and grants.of(KV)
+    assert [g.text() for g in grants.of(HTTP)] == ["api.example.com"]
     assert store.for_capsule("other") == NO_GRANTS
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     document = json.loads(store.path.read_text())
@@ -75,11 +83,11 @@ def test_revoke_takes_back_one_grant_or_all(store: GrantStore) -> None:
 def test_a_server_sees_another_process_grant_and_revoke_without_restart(tmp_path: Path) -> None:
     path = tmp_path / "grants.json"
     server, operator = GrantStore(path), GrantStore(path)
-    assert not server.for_capsule("files").kv
+    assert not server.for_capsule("files").of(KV)
     operator.grant("files", "kv")
-    assert server.for_capsule("files").kv
+    assert server.for_capsule("files").of(KV)
     operator.revoke("files", "kv")
-    assert not server.for_capsule("files").kv
+    assert not server.for_capsule("files").of(KV)
 
 
 def test_a_corrupt_or_loose_file_is_refused_never_guessed_at(store: GrantStore) -> None:
@@ -100,19 +108,29 @@ def test_only_what_is_both_asked_and_granted_is_usable(store: GrantStore) -> Non
     store.grant("files", "http:api.example.com")
     store.grant("files", "http:evil.example.com")
     granted = store.for_capsule("files")
-    got = usable(granted, fs=["notes", "photos"], kv=False, http=["api.example.com"])
-    assert got.mounts == {"notes": "/srv/notes"}
-    assert not got.kv
-    assert [g.text() for g in got.http] == ["api.example.com"]
-    assert usable(NO_GRANTS, fs=["notes"], kv=True, http=["api.example.com"]).empty()
+    got = usable(granted, asks(fs=["notes", "photos"], kv=False, http=["api.example.com"]))
+    assert dict(got.of(FS)) == {"notes": "/srv/notes"}
+    assert not got.of(KV)
+    assert [g.text() for g in got.of(HTTP)] == ["api.example.com"]
+    assert usable(NO_GRANTS, asks(fs=["notes"], kv=True, http=["api.example.com"])).empty()
 
 
 def test_an_asked_port_must_match_the_grant() -> None:
-    assert covers("api.example.com", parse_http_grant("api.example.com:8443"))
-    assert covers("api.example.com:443", parse_http_grant("api.example.com"))
-    assert not covers("api.example.com:8443", parse_http_grant("api.example.com"))
-    assert covers("127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
-    assert not covers("127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert covered("api.example.com", parse_http_grant("api.example.com:8443"))
+    assert covered("api.example.com:443", parse_http_grant("api.example.com"))
+    assert not covered("api.example.com:8443", parse_http_grant("api.example.com"))
+    assert covered("127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert not covered("127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
+
+
+def test_the_manifest_may_name_the_scheme_in_the_spelling_the_grant_uses() -> None:
+    """One spelling for the ask, the grant and the check: `http://HOST:PORT` for plain HTTP."""
+    asked = asks(http=["http://127.0.0.1:8765"])
+    assert asked.specs() == ["http:http://127.0.0.1:8765"]  # what `capsule list -v` tells the operator to grant
+    assert covered("http://127.0.0.1:8765", parse_http_grant("http://127.0.0.1:8765"))
+    assert not covered("http://127.0.0.1:8765", parse_http_grant("127.0.0.1:8765"))  # https: not what is asked
+    with pytest.raises(ValueError, match="HOST"):
+        asks(http=["http://127.0.0.1:8765/path"])
 
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "a\0b"])
@@ -155,9 +173,9 @@ def test_a_bus_grant_the_host_does_not_know_makes_the_file_corrupt(store: GrantS
 def test_bus_request_is_usable_only_when_the_manifest_declares_requests_or_replies(store: GrantStore) -> None:
     store.grant("launder", "bus:request")
     granted = store.for_capsule("launder")
-    assert usable(granted, fs=[], kv=False, http=[], bus_request=True).bus_request
-    assert not usable(granted, fs=[], kv=False, http=[]).bus_request
-    assert not usable(NO_GRANTS, fs=[], kv=False, http=[], bus_request=True).bus_request
+    assert usable(granted, asks(), bus_request=True).bus_request
+    assert not usable(granted, asks()).bus_request
+    assert not usable(NO_GRANTS, asks(), bus_request=True).bus_request
 
 
 def test_grants_belong_to_the_identity_they_were_made_for(tmp_path: Path) -> None:
@@ -170,14 +188,14 @@ def test_grants_belong_to_the_identity_they_were_made_for(tmp_path: Path) -> Non
     with pytest.raises(GrantError, match="revoke them first"):
         store.grant("files", "kv", other)
     assert store.revoke("files", "all") and store.grant("files", "kv", other) == "kv"
-    assert store.for_capsule("files", other).kv and store.for_capsule("files", mine).empty()
+    assert store.for_capsule("files", other).of(KV) and store.for_capsule("files", mine).empty()
 
 
 def test_unbound_grants_are_adopted_once_by_the_first_capsule_that_claims_them(tmp_path: Path) -> None:
     store = GrantStore(tmp_path / "grants.json")
     store.grant("files", "kv")  # made without an identity (an older file, or no capsule found)
-    assert store.for_capsule("files", "folder:/a").kv  # unbound: whoever asks
+    assert store.for_capsule("files", "folder:/a").of(KV)  # unbound: whoever asks
     assert store.adopt("files", "folder:/a") and not store.adopt("files", "folder:/b")
-    assert store.for_capsule("files", "folder:/a").kv and store.for_capsule("files", "folder:/b").empty()
+    assert store.for_capsule("files", "folder:/a").of(KV) and store.for_capsule("files", "folder:/b").empty()
     assert not store.adopt("nobody", "folder:/a")
     assert json.loads((tmp_path / "grants.json").read_text())["capsules"]["files"]["identity"] == "folder:/a"

@@ -46,11 +46,7 @@ def test_the_artifact_holds_the_manifest_the_component_and_their_description(cap
     assert metadata.component_size == len(component)
     assert metadata.manifest_sha256 == hashlib.sha256(MANIFEST.encode()).hexdigest()
     assert {"astrid:ipc@1.0.0", "astrid:sys@1.0.0"} <= set(metadata.imports)
-    assert (metadata.capabilities.fs, metadata.capabilities.kv, metadata.capabilities.http) == (
-        ("notes",),
-        True,
-        ("api.example.com",),
-    )
+    assert metadata.capabilities.as_json() == {"fs": ["notes"], "kv": True, "http": ["api.example.com"]}
     assert metadata.publish == ("resource.v1.response.read.*",)
     assert metadata.subscribe == ("resource.v1.request.read",)
     assert metadata.namespaces == ("astrid://notes-extra/", "astrid://notes/")

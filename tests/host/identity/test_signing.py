@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from securesystemslib.dsse import Envelope
 
+from astrid.host.capabilities.asks import Asks
 from astrid.host.errors import IdentityError
 from astrid.host.identity.artifact import Artifact, ArtifactError, Metadata, canonical_json, read_artifact
 from astrid.host.identity.errors import NamespaceTaken, SignatureError, UnsignedArtifact, UntrustedKey
@@ -139,7 +140,7 @@ def sign_raw(artifact: Artifact, key: SigningKey) -> bytes:
 def test_metadata_claiming_less_than_the_manifest_is_refused(packed: bytes, trusted: TrustStore, alice) -> None:
     read = read_artifact(packed)
     metadata = Metadata.decode(read.metadata)
-    fewer = replace(metadata, capabilities=replace(metadata.capabilities, kv=False, http=()))
+    fewer = replace(metadata, capabilities=Asks.parse({"fs": ["notes"]}))
     lying = Artifact(read.manifest, read.component, fewer.encode())
     with pytest.raises(ArtifactError, match="metadata.json claims less than its Capsule.toml on capabilities"):
         sign_artifact(lying.encode(), alice)  # never signed in the first place
