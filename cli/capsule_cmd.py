@@ -211,7 +211,7 @@ def _code_mismatch(folder: Path, manifest, cache) -> list[str]:
     """
     from astrid.host.build.code_check import check_manifest, read_built
     from astrid.host.build.toolchain import toolchains
-    from astrid.host.kernel.provenance import IDENTITY_FILE
+    from astrid.host.capsule.provenance import IDENTITY_FILE
 
     toolchain = next((each for each in toolchains() if each.detects(folder)), None)
     if toolchain is None or (folder / IDENTITY_FILE).exists():
@@ -254,13 +254,14 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
     Without PATHS: the current folder when it holds capsules, else the capsule home.
     """
     try:
-        from astrid.host.kernel.loader import CapsuleLoadError, discover_capsules, load_capsule, stale_component
+        from astrid.host.capsule.discovery import discover_capsules, stale_component
+        from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
     except ImportError:
         raise UserError("`astrid capsule list` needs the kernel's capsule loader, which this install lacks") from None
+    from astrid.host.capsule.manifest import ManifestError, load_manifest
     from astrid.host.identity.trust import TrustStore, default_trust_file
     from astrid.host.identity.vetting import vetter
     from astrid.host.kernel.compile_cache import CompileCache
-    from astrid.host.kernel.manifest import ManifestError, load_manifest
     from astrid.host.kernel.reserved import bus_asks
     from astrid.host.settings import default_capsule_home
 

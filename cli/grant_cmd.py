@@ -139,11 +139,11 @@ def _identity_of(name: str, capsule_dirs: tuple[Path, ...]) -> tuple[str | None,
 
 def _named(name: str, roots: list[Path]) -> dict[str, str]:
     """Grant identity -> who it is, for every loadable capsule named `name` under `roots`."""
+    from astrid.host.capsule.discovery import discover_capsules
+    from astrid.host.capsule.manifest import ManifestError, load_manifest
     from astrid.host.errors import AstridError
     from astrid.host.identity.trust import TrustStore, default_trust_file
     from astrid.host.identity.vetting import vetter
-    from astrid.host.kernel.loader import discover_capsules
-    from astrid.host.kernel.manifest import ManifestError, load_manifest
 
     vet = vetter(TrustStore(default_trust_file()))
     found: dict[str, str] = {}
@@ -202,11 +202,11 @@ def grants_list(capsule_dirs: tuple[Path, ...], grants_file: Path | None, as_jso
 
 def _capsules_under(roots: list[Path]) -> list[dict[str, str]]:
     """Every capsule under `roots` a server would load: its name, folder, grant identity and who it is."""
+    from astrid.host.capsule.discovery import discover_capsules
+    from astrid.host.capsule.manifest import ManifestError, load_manifest
     from astrid.host.errors import AstridError
     from astrid.host.identity.trust import TrustStore, default_trust_file
     from astrid.host.identity.vetting import vetter
-    from astrid.host.kernel.loader import discover_capsules
-    from astrid.host.kernel.manifest import ManifestError, load_manifest
 
     vet = vetter(TrustStore(default_trust_file()))
     found = []

@@ -177,6 +177,8 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
     entry in the server's `authorization { users = [...] }`.
     """
     from astrid.host.bus.nats import host_permissions
+    from astrid.host.capsule.discovery import discover_capsules
+    from astrid.host.capsule.manifest import load_manifest
     from astrid.host.contract.topics import (
         HOST_CLUSTER,
         RESOURCE_EVENTS,
@@ -184,8 +186,6 @@ def host_nats_permissions(capsule_dirs: tuple[Path, ...], user: str) -> None:
         RESOURCE_REQUESTS,
         RESOURCE_UPDATED_TOPIC,
     )
-    from astrid.host.kernel.loader import discover_capsules
-    from astrid.host.kernel.manifest import load_manifest
 
     folders = discover_capsules(resolve_capsule_paths(capsule_dirs))
     if not folders:

@@ -90,7 +90,7 @@ def resolve_principal(principal: str | None) -> str:
     return name
 
 
-MANIFEST = "Capsule.toml"  # astrid.host.kernel.manifest.MANIFEST_NAME, without importing pydantic here
+MANIFEST = "Capsule.toml"  # astrid.host.capsule.manifest.MANIFEST_NAME, without importing pydantic here
 
 
 def resolve_capsule_paths(capsule_dirs: tuple[Path, ...]) -> list[Path]:
@@ -572,7 +572,7 @@ def _announce(runtime, watch: bool, hint: str) -> None:
 def capsule_lines(capsules) -> list[str]:
     """A server's banner lines for its loaded capsules (`CapsuleSummary`s): who each one is, then a
     warning for each that serves an older build than the code in its folder."""
-    from astrid.host.kernel.loader import stale_component
+    from astrid.host.capsule.discovery import stale_component
 
     lines = ["  " + capsule.identity_line() for capsule in capsules]
     for capsule in capsules:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from astrid.host.broker import Broker
 from astrid.host.broker.client import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal
+from astrid.host.capsule.provenance import Provenance
 from astrid.host.contract.local_replies import NO_LOCAL_REPLIES
 from astrid.host.contract.outcomes import ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition
@@ -47,7 +48,6 @@ from astrid.host.errors import BackendNotReady, GrantError
 from astrid.host.event_stream import EventStream
 from astrid.host.identity.trust import TrustStore, default_trust_file
 from astrid.host.identity.vetting import ClaimedIdentities, NamespaceAuthority, vetter
-from astrid.host.kernel.provenance import Provenance
 from astrid.host.limits import DEFAULT_LIMITS, DEFAULT_SUBSCRIPTION_LIMITS, Limits, SubscriptionLimits
 from astrid.host.log_throttle import LogThrottle
 from astrid.host.telemetry import metrics

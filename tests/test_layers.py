@@ -11,9 +11,13 @@ The rules (docs/design.md, "Layer rules"):
 - `capabilities` (fs, kv, http and the operator's grants) imports no other
   layer; only the kernel, which links them into capsules, and the composition
   root use it;
+- `capsule` (what a capsule folder is: its manifest, its provenance,
+  finding capsule folders) builds on the bus's topic grammar and the
+  capabilities' asks only; the kernel, identity, the build and the CLI read
+  capsules through it;
 - `identity` (capsule artifacts, signatures, keys, the trust store, OCI
-  transfer) reads manifests through the kernel's `manifest` module and
-  imports no other layer;
+  transfer) reads capsules through `capsule` and imports no other layer (not
+  the kernel);
 - `telemetry` (spans, metrics, JSON log lines) imports no other layer: the
   layers that say what they do import it;
 - the foundation modules beside them (errors, limits, tuning, settings,
@@ -44,6 +48,7 @@ SDK = REPO / "capsules" / "sdk"
 
 LAYERS = (
     "bus",
+    "capsule",
     "contract",
     "kernel",
     "broker",
@@ -57,15 +62,40 @@ LAYERS = (
     "telemetry",
 )
 FORBIDDEN: dict[str, set[str]] = {
-    "bus": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
-    "contract": {"kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
+    "bus": {
+        "capsule",
+        "contract",
+        "kernel",
+        "broker",
+        "mcp",
+        "build",
+        "runtime",
+        "watch",
+        "auth",
+        "capabilities",
+        "identity",
+    },
+    "capsule": {"contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "identity", "telemetry"},
+    "contract": {"capsule", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities", "identity"},
     "kernel": {"broker", "mcp", "build", "runtime", "watch", "auth"},
-    "broker": {"kernel", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
-    "mcp": {"kernel", "broker", "build", "runtime", "watch", "capabilities"},
+    "broker": {"capsule", "kernel", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "mcp": {"capsule", "kernel", "broker", "build", "runtime", "watch", "capabilities"},
     "build": {"broker", "mcp", "runtime", "watch", "auth", "capabilities"},
-    "auth": {"kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities", "identity"},
-    "capabilities": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "identity"},
-    "identity": {"bus", "contract", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
+    "auth": {"capsule", "kernel", "broker", "mcp", "build", "runtime", "watch", "capabilities", "identity"},
+    "capabilities": {
+        "bus",
+        "capsule",
+        "contract",
+        "kernel",
+        "broker",
+        "mcp",
+        "build",
+        "runtime",
+        "watch",
+        "auth",
+        "identity",
+    },
+    "identity": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     "telemetry": set(LAYERS) - {"telemetry"},
     **{
         foundation: set(LAYERS)

@@ -37,9 +37,9 @@ import platformdirs
 from astrid.host.build.code_check import check_manifest, mismatch_message, read_built
 from astrid.host.build.steps import Progress, last_line, shown, with_ticks
 from astrid.host.build.toolchain import toolchain_for
+from astrid.host.capsule.discovery import stale_component
+from astrid.host.capsule.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.errors import BuildError, CapsuleLoadError
-from astrid.host.kernel.loader import stale_component
-from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.settings import BUILD_CACHE_ENV, path_setting
 
 

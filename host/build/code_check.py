@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from astrid.host.bus.topics import pattern_matches
+from astrid.host.capsule.manifest import MANIFEST_NAME, Manifest
 from astrid.host.contract.topics import (
     COMPLETE_REPLY_PREFIX,
     COMPLETE_TOPIC,
@@ -42,7 +43,6 @@ from astrid.host.contract.topics import (
 )
 from astrid.host.errors import CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache
-from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest
 from astrid.host.kernel.oneshot import call_once
 from astrid.host.kernel.sandbox import CallStatus
 from astrid.host.kernel.static_replies import STATIC_ACTION

@@ -39,8 +39,8 @@ from pathlib import Path
 from astrid.capsules import SDK_DIR
 from astrid.host.build.requirements import REQUIREMENTS_FILE, Site, install_site, read_requirements, site_packages_of
 from astrid.host.build.steps import Progress, last_line, run_tool, shown, source_files
+from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
-from astrid.host.kernel.manifest import Manifest
 from astrid.host.settings import BUILD_CACHE_ENV
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Protocol
 
 from astrid.host.build.steps import Progress
+from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
-from astrid.host.kernel.manifest import Manifest
 
 
 class Prepared(Protocol):

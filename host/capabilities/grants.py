@@ -20,7 +20,7 @@ Specs, as the operator types them (each capability's grammar is its plug-in's,
                        capsule can only serve
 
 The file (`$ASTRID_CONFIG_DIR/grants.json`) is keyed by capsule name, and
-each entry is bound to one capsule's identity (`kernel.provenance`: its
+each entry is bound to one capsule's identity (`capsule.provenance`: its
 publisher's key and name when signed, its folder when local):
 `{"version": 1, "capsules": {"files": {"identity": "folder:/home/me/caps/files",
 "fs": {"files": "/home/me/notes"}, "kv": true, "http": ["api.example.com"],

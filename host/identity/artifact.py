@@ -51,9 +51,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from astrid.host.capsule.manifest import MANIFEST_NAME, NOTHING_ASKED, Asks, Manifest, namespace_problem, parse_manifest
 from astrid.host.errors import ManifestError
 from astrid.host.identity.errors import ArtifactError
-from astrid.host.kernel.manifest import MANIFEST_NAME, NOTHING_ASKED, Asks, Manifest, namespace_problem, parse_manifest
 from astrid.host.toolpaths import wasm_tools
 from astrid.host.tuning import IDENTITY_TUNING
 

@@ -29,6 +29,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from astrid.host.capsule.manifest import MANIFEST_NAME, ManifestError, load_manifest
+from astrid.host.capsule.provenance import IDENTITY_FILE
 from astrid.host.identity.artifact import read_file, sha256
 from astrid.host.identity.errors import ArtifactError, IdentityError, LockError
 from astrid.host.identity.keys import short_fingerprint
@@ -37,8 +39,6 @@ from astrid.host.identity.oci import pull
 from astrid.host.identity.signing import VerifiedArtifact, VerifiedCapsule, verify_artifact
 from astrid.host.identity.trust import TrustStore
 from astrid.host.identity.versions import Release, VersionMemory, reason_to_refuse, refused
-from astrid.host.kernel.manifest import MANIFEST_NAME, ManifestError, load_manifest
-from astrid.host.kernel.provenance import IDENTITY_FILE
 
 OCI = "oci://"
 

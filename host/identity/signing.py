@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from astrid.host.capsule.manifest import MANIFEST_NAME, Asks, Manifest
+from astrid.host.capsule.provenance import IDENTITY_FILE
 from astrid.host.identity.artifact import (
     COMPONENT_ENTRY,
     ENTRY_CAPS,
@@ -53,8 +55,6 @@ from astrid.host.identity.artifact import (
 from astrid.host.identity.errors import SignatureError, UnsignedArtifact, UntrustedKey
 from astrid.host.identity.keys import PublicKey, SigningKey, is_fingerprint, short_fingerprint
 from astrid.host.identity.trust import TrustStore, trust_add_command
-from astrid.host.kernel.manifest import MANIFEST_NAME, Asks, Manifest
-from astrid.host.kernel.provenance import IDENTITY_FILE
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -252,7 +252,7 @@ def verify_claim(claim: str, source_id: str, trust: TrustStore) -> VerifiedCapsu
     hold well-formed metadata, the source-id must be the one of that metadata's name and component
     (so the claim names this capsule and no other), and its namespaces must be free or its publisher's
     here. Raises an `IdentityError` naming the cause; the host's word alone counts for nothing."""
-    from astrid.host.kernel.provenance import source_id_for
+    from astrid.host.capsule.provenance import source_id_for
 
     where = f"the claim of capsule {source_id}"
     raw = claim.encode("utf-8")

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from astrid.host.capsule.manifest import namespace_problem
 from astrid.host.errors import IdentityError
 from astrid.host.identity.errors import NamespaceTaken, TrustError
 from astrid.host.identity.keys import PublicKey, name_problem
-from astrid.host.kernel.manifest import namespace_problem
 from astrid.host.owner_file import OwnerOnlyFile
 from astrid.host.settings import config_dir
 

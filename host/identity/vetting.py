@@ -28,9 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from astrid.host.bounded_lru import BoundedLru
+from astrid.host.capsule.manifest import load_manifest
+from astrid.host.capsule.provenance import IDENTITY_FILE, LOCAL, Provenance, Vet
 from astrid.host.identity.trust import TrustStore
-from astrid.host.kernel.manifest import load_manifest
-from astrid.host.kernel.provenance import IDENTITY_FILE, LOCAL, Provenance, Vet
 
 log = logging.getLogger(__name__)
 

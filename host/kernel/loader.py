@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,11 +10,10 @@ import wasmtime
 from wasmtime.component import Component
 
 from astrid.host.capabilities.registry import capabilities
+from astrid.host.capsule.manifest import Manifest, ManifestError, load_manifest
+from astrid.host.capsule.provenance import LOCAL, Provenance, Vet, source_id_for
 from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
-from astrid.host.kernel.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
-from astrid.host.kernel.provenance import LOCAL, Provenance, Vet, source_id_for
-from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +46,6 @@ class LoadedCapsule:
     def grant_identity(self) -> str:
         """Whom the operator's grants must name for this capsule to get them."""
         return self.provenance.grant_key(self.name, self.folder)
-
-
-def discover_capsules(paths: list[Path]) -> list[Path]:
-    """Capsule folders under `paths`: a folder with a manifest, or the children of a parent folder."""
-    found: list[Path] = []
-    for path in paths:
-        path = Path(path)
-        if (path / MANIFEST_NAME).is_file():
-            found.append(path.resolve())
-        elif path.is_dir():
-            found.extend(child.resolve() for child in sorted(path.iterdir()) if (child / MANIFEST_NAME).is_file())
-    unique: list[Path] = []
-    for folder in found:
-        if folder not in unique:
-            unique.append(folder)
-    return unique
 
 
 def load_capsule(
@@ -108,60 +90,6 @@ def load_capsule(
         load_seconds=loaded.seconds,
         from_cache=loaded.from_cache,
         provenance=provenance,
-    )
-
-
-# Sources whose change means the component must be built again (data files baked in at
-# import time are not counted: editing a README must not call for a rebuild).
-STALE_SOURCE_SUFFIXES = (".py",)
-STALE_SOURCE_NAMES = ("requirements.txt",)
-STALE_SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
-
-
-def stale_component(folder: Path, manifest: Manifest | None = None) -> str | None:
-    """Why the built component in `folder` is older than its source, or None.
-
-    The source is every `.py` file of the capsule folder (hidden entries and
-    caches skipped) and its `requirements.txt`. None also when it cannot tell:
-    no manifest, no component yet, or more than `KERNEL_TUNING.stale_check_max_files` files. A
-    one-line message otherwise, naming the newest source file and the fix:
-
-        app.py is newer than notes.wasm (changed after the last build): rebuild with `astrid capsule build notes`
-    """
-    folder = Path(folder)
-    if manifest is None:
-        try:
-            manifest = load_manifest(folder)
-        except ManifestError:
-            return None
-    wasm = folder / manifest.component_file
-    try:
-        built = wasm.stat().st_mtime_ns
-    except OSError:
-        return None
-    newest: tuple[int, Path] | None = None
-    seen = 0
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in STALE_SKIP_DIRS)
-        for name in files:
-            seen += 1
-            if seen > KERNEL_TUNING.stale_check_max_files:
-                return None
-            if name.startswith(".") or not (name.endswith(STALE_SOURCE_SUFFIXES) or name in STALE_SOURCE_NAMES):
-                continue
-            path = Path(root) / name
-            try:
-                changed = path.stat().st_mtime_ns
-            except OSError:
-                continue
-            if changed > built and (newest is None or changed > newest[0]):
-                newest = (changed, path)
-    if newest is None:
-        return None
-    source = newest[1].relative_to(folder).as_posix()
-    return (
-        f"{source} is newer than {manifest.component_file} (changed after the last build): "
-        f"rebuild with `astrid capsule build {folder}`"
     )
 
 

@@ -48,13 +48,13 @@ from pydantic import BaseModel, ValidationError
 
 from astrid.host.bus.base import UNPARSED
 from astrid.host.bus.topics import is_clean_segment, topic_problem
+from astrid.host.capsule.manifest import Manifest
 from astrid.host.contract.local_replies import LocalKind
 from astrid.host.contract.resource import DescribeResponse
 from astrid.host.contract.template import TemplatesResponse
 from astrid.host.contract.topics import DESCRIBE_REPLY_PREFIX, DESCRIBE_TOPIC, TEMPLATES_REPLY_PREFIX, TEMPLATES_TOPIC
 from astrid.host.kernel.compile_cache import CompileCache, write_atomically
 from astrid.host.kernel.loader import LoadedCapsule
-from astrid.host.kernel.manifest import Manifest
 from astrid.host.kernel.oneshot import call_loaded
 from astrid.host.kernel.sandbox import CallStatus
 from astrid.host.limits import Limits

@@ -76,7 +76,7 @@ def test_a_missing_component_table_is_named_with_the_lines_to_add(tmp_path: Path
     assert len(result.stderr.strip().splitlines()) == 1
     # The lines it gives are the fix.
     manifest.write_text(manifest.read_text() + '\n[[component]]\nid = "notes"\nfile = "notes.wasm"\n')
-    from astrid.host.kernel.manifest import load_manifest
+    from astrid.host.capsule.manifest import load_manifest
 
     assert load_manifest(tmp_path / "notes").component_file == "notes.wasm"
 
@@ -114,7 +114,7 @@ def test_list_without_paths_lists_the_capsule_home_when_here_holds_none(tmp_path
 
 
 def test_a_component_older_than_its_code_is_flagged_until_rebuilt(tmp_path: Path, built_docs_copy: Path):
-    from astrid.host.kernel.loader import stale_component
+    from astrid.host.capsule.discovery import stale_component
 
     folder = tmp_path / "docs"
     shutil.copytree(built_docs_copy, folder)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from astrid.capsules import CAPSULES_DIR
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 from tests.support.capsules import build_clean
 from tests.support.files import clean_copy
 from tests.support.processes import run_astrid as astrid

@@ -16,7 +16,7 @@ def test_new_scaffolds_a_capsule(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "demo"
     assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py"]
-    from astrid.host.kernel.manifest import load_manifest
+    from astrid.host.capsule.manifest import load_manifest
 
     manifest = load_manifest(folder)
     assert manifest.component_file == "demo.wasm"

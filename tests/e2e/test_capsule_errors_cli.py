@@ -24,7 +24,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from astrid.capsules import CAPSULES_DIR
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 from tests.support.capsules import Built, build_clean
 from tests.support.paths import FIXTURES
 from tests.support.processes import astrid_exe, server_env

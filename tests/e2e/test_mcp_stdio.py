@@ -16,7 +16,7 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 from tests.e2e.builds import build, write_variant
 from tests.support.capsules import BUNDLED
 from tests.support.processes import astrid_exe, serve_args, server_env

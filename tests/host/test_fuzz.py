@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from astrid.host.capsule.manifest import Manifest, ManifestError, parse_manifest
 from astrid.host.contract import DescribeResponse, ReadRequest, ReadResponse, ResourceDefinition, chunk_adapter
 from astrid.host.contract._base import WireModel
-from astrid.host.kernel.manifest import Manifest, ManifestError, parse_manifest
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 json_values = st.recursive(

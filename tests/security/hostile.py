@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from astrid.host.build.python_toolchain import componentize_py_version
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 from astrid.host.toolpaths import componentize_py
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 from tests.support.capsules import build_cache_dir

@@ -10,7 +10,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 from tests.security.hostile import hostile_source_id, make_hostile, name_sorting
 from tests.security.mcp_stdio import TRACEBACK, mcp_session
 from tests.support.capsules import BUNDLED_URIS

@@ -25,7 +25,7 @@ from astrid.host.build.code_check import (
     read_built,
 )
 from astrid.host.build.scaffold import scaffold_capsule
-from astrid.host.kernel.manifest import load_manifest, parse_manifest
+from astrid.host.capsule.manifest import load_manifest, parse_manifest
 from tests.support.paths import FIXTURES
 
 TEMPLATE = """

@@ -20,10 +20,10 @@ from astrid.host.capabilities.capability import Call, Calls, HostSettings, Serve
 from astrid.host.capabilities.errors import CapabilityError
 from astrid.host.capabilities.grants import GrantStore, usable
 from astrid.host.capabilities.registry import registered
+from astrid.host.capsule.manifest import parse_manifest
 from astrid.host.errors import CapsuleLoadError, GrantError, ManifestError
 from astrid.host.identity.artifact import Metadata
 from astrid.host.kernel.kernel import Kernel, KernelConfig
-from astrid.host.kernel.manifest import parse_manifest
 from astrid.wit import WIT_DIR
 from tests.host.kernel.conftest import client_for
 from tests.support.paths import FIXTURES

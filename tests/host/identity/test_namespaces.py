@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from astrid.host.capsule.manifest import MAX_NAMESPACES, namespace_problem, parse_manifest
 from astrid.host.errors import ManifestError
-from astrid.host.kernel.manifest import MAX_NAMESPACES, namespace_problem, parse_manifest
 
 
 def manifest(namespaces: object) -> dict:

@@ -15,12 +15,12 @@ import logging
 
 import pytest
 
+from astrid.host.capsule.provenance import LOCAL, Provenance, source_id_for
 from astrid.host.identity.artifact import canonical_json, read_artifact
 from astrid.host.identity.keys import SigningKey
 from astrid.host.identity.signing import sign_artifact, verify_artifact
 from astrid.host.identity.trust import TrustStore
 from astrid.host.identity.vetting import ClaimedIdentities, NamespaceAuthority
-from astrid.host.kernel.provenance import LOCAL, Provenance, source_id_for
 
 INSIDE, OUTSIDE = "astrid://notes/diary", "astrid://outside/planted"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from astrid.host.capsule.provenance import Provenance
 from astrid.host.errors import AstridError
 from astrid.host.identity.errors import LockError, NamespaceTaken
 from astrid.host.identity.install import Fetched, fetch, fetch_locked, install, plan_install, remove_installed
@@ -16,7 +17,6 @@ from astrid.host.identity.lockfile import Locked, LockFile
 from astrid.host.identity.trust import TrustStore
 from astrid.host.identity.versions import VersionMemory
 from astrid.host.identity.vetting import NamespaceAuthority, vetter
-from astrid.host.kernel.provenance import Provenance
 from tests.host.identity.conftest import MANIFEST, make_capsule
 
 

@@ -6,7 +6,7 @@ import json
 import time
 
 from astrid.host.bus import Principal
-from astrid.host.kernel.loader import source_id_for
+from astrid.host.capsule.provenance import source_id_for
 
 from .conftest import client_for as client_of
 from .conftest import collect

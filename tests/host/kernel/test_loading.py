@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from astrid.host.bus import Principal
+from astrid.host.capsule.manifest import ManifestError, parse_manifest
 from astrid.host.contract.events import CapsulesLoaded
 from astrid.host.contract.topics import CAPSULES_LOADED_TOPIC
 from astrid.host.kernel import kernel as kernel_module
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
-from astrid.host.kernel.manifest import ManifestError, parse_manifest
 from astrid.host.toolpaths import wasm_tools
 
 from .conftest import answers, client_for
