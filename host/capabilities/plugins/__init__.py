@@ -1,0 +1,1 @@
+"""One plug-in per host capability (`capability.Capability`), listed in `registry.py`."""
