@@ -380,8 +380,9 @@ def _one_line_errors(ref: OciRef, transfer: Transfer) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if transfer.broken is not None:  # whatever a cut socket made fail, the cause is the limit
-            raise OciError(f"{ref}: {transfer.broken}") from None
+        why = transfer.failed()
+        if why is not None:  # whatever a cut socket (or the deadline's timeout) made fail, the cause is the limit
+            raise OciError(f"{ref}: {why}") from None
         one_line = _as_one_line(ref, exc)
         if one_line is exc:
             raise

@@ -48,6 +48,8 @@ from astrid.host.tuning import IDENTITY_TUNING
 
 DEADLINE_ENV = "ASTRID_OCI_DEADLINE"
 MIN_RATE_ENV = "ASTRID_OCI_MIN_RATE"
+# A read timeout capped at the time left fires as the deadline passes, give or take the clock's tick.
+DEADLINE_SLACK_S = 0.05
 
 
 class TooSlow(Exception):
@@ -180,6 +182,16 @@ class Transfer:
         """`TooSlow` once the transfer was cut."""
         if self.broken is not None:
             raise TooSlow(self.broken)
+
+    def failed(self) -> str | None:
+        """Why the transfer was cut, after a request failed; None when the limits were not the cause.
+
+        A request's read timeout is capped at the time left (`timeouts`), so a
+        silent registry times it out as the deadline passes, often before the
+        watchdog wakes: a failure at or after the deadline is the deadline's."""
+        if self.broken is None and self._left_s(time.monotonic()) <= DEADLINE_SLACK_S:
+            self._cut(self._overdue_line())
+        return self.broken
 
     def watch(self, sock: socket.socket) -> None:
         """Keep a duplicate of a socket the transfer opened, to cut it (at once when the transfer already was)."""

@@ -168,3 +168,15 @@ def test_the_message_never_shows_a_query() -> None:
     assert "SECRET" not in transfer.broken
     with pytest.raises(oci_deadline.TooSlow):
         transfer.check()
+
+
+def test_a_request_that_fails_as_the_deadline_passes_failed_of_the_deadline() -> None:
+    """A silent registry times the read out (capped at the time left) before the watchdog wakes:
+    the failure is still the deadline's, not "did not answer in time"."""
+    limits = oci_deadline.TransferLimits(deadline_s=0.2, min_rate=0, rate_window_s=1)
+    transfer = oci_deadline.Transfer(limits, "pull")  # not entered: no watchdog, as if it had not woken yet
+    transfer.requesting("GET", "http://127.0.0.1:5000/v2/")
+    assert transfer.failed() is None  # early: a failure now is not the limits'
+    time.sleep(0.25)
+    why = transfer.failed()
+    assert why is not None and "did not finish within its deadline of 0.2 s (waiting for the answer to GET /v2/)" in why
