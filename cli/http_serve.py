@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,14 +22,17 @@ from astrid.cli.mcp_cmd import (
     INTERRUPTED_EXIT,
     RESOURCE_TOOLS_LINE,
     BusOptions,
-    announce,
-    make_runtime,
-    resolve_capsule_paths,
+    ready_lines,
     resolve_principal,
+    runtime_config,
+    say_not_loaded,
     show_server_events,
 )
 from astrid.cli.observe import Observability
 from astrid.cli.start_up import serving
+
+if TYPE_CHECKING:
+    from astrid.host.serving.http import Auth, HttpServing
 
 
 @dataclass
@@ -52,23 +56,26 @@ class HttpOptions:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """`[HOST:]PORT` (HOST may be `[v6]`) -> (host, port); the host defaults to 127.0.0.1."""
-    host, _, port_text = address.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    """`--http [HOST:]PORT` -> (host, port); the host defaults to 127.0.0.1."""
+    from astrid.host.addresses import host_and_port
+
+    parsed = host_and_port(address)
+    if parsed is None:
         raise UserError(f"--http {address!r}: give [HOST:]PORT with a port of 0-65535, e.g. --http 127.0.0.1:8000")
-    return host, int(port_text)
+    return parsed
 
 
 def _say(message: str) -> None:
     output.say(message)
 
 
-def _verifier(options: HttpOptions, host: str):
-    """The bearer verifier and a line saying how users get in; None for --no-auth."""
-    from astrid.host.mcp.http import is_loopback
+def _auth(options: HttpOptions, host: str) -> tuple[Auth, str]:
+    """How users get in, checked, and the banner's line that says so."""
+    from astrid.host.serving.http import NoAuth
 
     if options.no_auth:
+        from astrid.host.addresses import is_loopback
+
         if options.jwks or options.token_file:
             raise UserError("--no-auth cannot be combined with --tokens or --jwks")
         if not is_loopback(host):
@@ -76,40 +83,34 @@ def _verifier(options: HttpOptions, host: str):
                 f"--http {host}: refusing to serve without auth on a non-loopback address "
                 "(anyone who can reach it would read as --principal); drop --no-auth, or bind 127.0.0.1"
             )
-        return None, "auth: none (loopback only)"
-    from astrid.host.mcp.auth import BearerVerifier
-
+        return NoAuth(), "auth: none (loopback only)"
     if options.jwks:
-        return _jwt_verifier(
-            options
-        ), f"auth: OIDC/JWT from {options.issuer} (principal claim {options.principal_claim!r})"
+        return _jwt(options), f"auth: OIDC/JWT from {options.issuer} (principal claim {options.principal_claim!r})"
     if options.issuer or options.audience:
         raise UserError("--issuer and --audience go with --jwks URL")
-    from astrid.host.auth.tokens import TokenStore
-    from astrid.host.settings import default_token_file
-
-    path = options.token_file or default_token_file()
-    store = TokenStore(path)
-    count = len(store.list())
-    how = "add one with `astrid mcp token add NAME" + (f" --tokens {path}`" if options.token_file else "`")
-    detail = f"{count} tokens" if count else f"no tokens yet: {how}"
-    return BearerVerifier(store), f"auth: static tokens from {path} ({detail})"
+    return _static_tokens(options)
 
 
-def _jwt_verifier(options: HttpOptions):
-    from astrid.host.auth.oidc import JwtVerifier
-    from astrid.host.errors import AstridError
-    from astrid.host.mcp.auth import BearerVerifier
+def _jwt(options: HttpOptions) -> Auth:
+    from astrid.host.serving.http import Jwt
 
     if not options.jwks or not options.issuer or not options.audience:
         raise UserError("--jwks needs --issuer ISS and --audience AUD (what the tokens must carry)")
     if options.token_file:
         raise UserError("--tokens and --jwks are two auth modes: choose one")
-    try:
-        source = JwtVerifier(options.jwks, options.issuer, options.audience, principal_claim=options.principal_claim)
-    except AstridError as exc:
-        raise UserError(str(exc)) from None
-    return BearerVerifier(source)
+    return Jwt(options.jwks, options.issuer, options.audience, options.principal_claim)
+
+
+def _static_tokens(options: HttpOptions) -> tuple[Auth, str]:
+    from astrid.host.auth.tokens import TokenStore
+    from astrid.host.serving.http import StaticTokens
+    from astrid.host.settings import default_token_file
+
+    path = options.token_file or default_token_file()
+    count = len(TokenStore(path).list())
+    how = "add one with `astrid mcp token add NAME" + (f" --tokens {path}`" if options.token_file else "`")
+    detail = f"{count} tokens" if count else f"no tokens yet: {how}"
+    return StaticTokens(path), f"auth: static tokens from {path} ({detail})"
 
 
 def _limits_line(listener) -> str:
@@ -131,92 +132,73 @@ def serve_http(
     principal: str | None,
     watch: bool,
     options: HttpOptions,
-    observing: Observability | None = None,
+    observing: Observability,
 ) -> None:
     from astrid.cli.http_limits import with_overrides
     from astrid.host.limits import HttpLimits
-    from astrid.host.mcp.http import HttpListener, HttpSettings
-    from astrid.host.mcp.server import AstridMcpServer
-    from astrid.host.runtime import Runtime, RuntimeConfig
+    from astrid.host.serving.http import HttpServeConfig, NoAuth
     from astrid.host.tuning import CLI_TUNING
 
     host, port = parse_address(options.address)
     limits = with_overrides(HttpLimits(), options.limits)
     if bool(options.tls_cert) != bool(options.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
-    verifier, auth_line = _verifier(options, host)
-    if verifier is None:
-        runtime = make_runtime(capsule_dirs, principal, options.max_sandboxes, options.bus)
-    else:
-        if principal is not None:
-            raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
-        local = options.bus is None or options.bus.local_capsules
-        config = RuntimeConfig(capsule_paths=resolve_capsule_paths(capsule_dirs) if local else [], principal=None)
-        if options.max_sandboxes is not None:
-            config.max_instances = options.max_sandboxes
-        if options.bus is not None:
-            options.bus.apply(config)
-        runtime = Runtime(config)
-    settings = HttpSettings(
+    auth, auth_line = _auth(options, host)
+    one_principal = isinstance(auth, NoAuth)
+    if not one_principal and principal is not None:
+        raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
+    config = runtime_config(capsule_dirs, principal, options.max_sandboxes, options.bus, one_principal=one_principal)
+    http = HttpServeConfig(
         host=host,
         port=port,
-        verifier=verifier,
-        issuer=options.issuer if options.jwks else None,
+        auth=auth,
         allowed_origins=options.allowed_origins,
-        tls_cert=options.tls_cert,
-        tls_key=options.tls_key,
+        tls=(options.tls_cert, options.tls_key) if options.tls_cert and options.tls_key else None,
         limits=limits,
         access_log=options.access_log,
         uvicorn_log_config=not output.json_lines,  # JSON lines: uvicorn's go through astrid's handlers
-    )
-    server = AstridMcpServer(
-        runtime,
-        limits=runtime.limits,
-        worker_threads=CLI_TUNING.http_worker_threads,
         resource_tools=options.resource_tools,
         client_trace=options.client_trace,
+        worker_threads=CLI_TUNING.http_worker_threads,
     )
-    try:
-        listener = HttpListener(server, settings)
-    except OSError as exc:
-        raise UserError(f"--http {options.address}: cannot listen there ({exc.strerror or exc})") from None
-    show_server_events()
-    _say(f"serving MCP resources at {listener.url} (streamable HTTP)")
-    _say(auth_line)
-    _say(_limits_line(listener))
-    if options.access_log:
-        _say("access log: one line per request (time, client, user, method, URI or name, status, ms); --no-access-log")
-    if options.bus is not None and not options.bus.local_capsules:  # --workers
-        _say("capsule paths (the workers'): " + (", ".join(str(p) for p in options.bus.served_paths) or "none"))
-    else:
-        _say("capsule paths: " + (", ".join(str(p) for p in runtime.config.capsule_paths) or "none"))
-    if options.resource_tools:
-        _say(RESOURCE_TOOLS_LINE)
-    try:
-        for line in observing.start() if observing is not None else ():
+    with _listening(config, http, observing, options.address) as served:
+        show_server_events()
+        _say(f"serving MCP resources at {served.url} (streamable HTTP)")
+        _say(auth_line)
+        _say(_limits_line(served.listener))
+        if options.access_log:
+            _say(
+                "access log: one line per request (time, client, user, method, URI or name, status, ms); "
+                "--no-access-log"
+            )
+        if options.bus is not None and not options.bus.local_capsules:  # --workers
+            _say("capsule paths (the workers'): " + (", ".join(str(p) for p in options.bus.served_paths) or "none"))
+        else:
+            _say("capsule paths: " + (", ".join(str(p) for p in config.capsule_paths) or "none"))
+        if options.resource_tools:
+            _say(RESOURCE_TOOLS_LINE)
+        for line in observing.lines(served.start_telemetry()):
             _say(line)
-    except UserError:
-        listener.close()
-        raise
-    runtime.start(background=True)
-    hint = f"connect a client: `astrid mcp config --http {listener.url}` prints an entry"
-    announce(runtime, watch, hint)
-    interrupted = False
-    serving()
-    try:
-        listener.serve()  # uvicorn stops on the first Ctrl-C, then re-raises it
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        listener.close()
-        runtime.close()
-        if observing is not None:
-            observing.close()
+        hint = f"connect a client: `astrid mcp config --http {served.url}` prints an entry"
+        served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
+        serving()
+        interrupted = served.run()
     if interrupted:  # as on stdio: said, and the status of an interrupted command
         if os.isatty(2):  # after the terminal's `^C`
             click.echo("", err=True)
         _say("stopped")
         sys.exit(INTERRUPTED_EXIT)
+
+
+def _listening(config, http, observing: Observability, address: str) -> HttpServing:
+    """The HTTP serving, bound to its address (an address it cannot take is the user's error)."""
+    from astrid.host.errors import ServingError
+    from astrid.host.serving.http import HttpServing
+
+    try:
+        return HttpServing(config, http, observing.telemetry())
+    except ServingError as exc:
+        raise UserError(f"--http {address}: {exc}") from None
 
 
 __all__ = ["HttpOptions", "parse_address", "resolve_principal", "serve_http"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -40,6 +39,10 @@ from astrid.cli.main import mcp
 from astrid.cli.observe import Observability, client_trace_for, client_trace_option, observability_options
 from astrid.cli.start_up import quiet_start_up, serving
 from astrid.cli.workers import WorkersType
+from astrid.host.serving.signals import INTERRUPTED_EXIT
+
+if TYPE_CHECKING:
+    from astrid.host.serving.ready import Ready
 
 log = logging.getLogger("astrid.cli")
 
@@ -134,22 +137,32 @@ def _holds_capsules(folder: Path) -> bool:
         return True  # unreadable: the kernel says what it can
 
 
-def make_runtime(
+def runtime_config(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
     max_sandboxes: int | None = None,
     bus: BusOptions | None = None,
+    *,
+    one_principal: bool = True,
 ):
-    from astrid.host.runtime import Runtime, RuntimeConfig
+    """The runtime's config from the options; `one_principal` False: each credential names its user."""
+    from astrid.host.runtime import RuntimeConfig
 
     local = bus is None or bus.local_capsules
     paths = resolve_capsule_paths(capsule_dirs) if local else []
-    config = RuntimeConfig(capsule_paths=paths, principal=resolve_principal(principal))
+    config = RuntimeConfig(capsule_paths=paths, principal=resolve_principal(principal) if one_principal else None)
     if max_sandboxes is not None:
         config.max_instances = max_sandboxes
     if bus is not None:
         bus.apply(config)
-    return Runtime(config)
+    return config
+
+
+def make_runtime(capsule_dirs: tuple[Path, ...], principal: str | None):
+    """A runtime serving the options' capsules to one principal (`astrid resources`)."""
+    from astrid.host.runtime import Runtime
+
+    return Runtime(runtime_config(capsule_dirs, principal))
 
 
 class BusOptions:
@@ -379,17 +392,17 @@ def _local_workers(
     if count is None:
         yield bus
         return
-    from astrid.cli.workers import LocalCluster
+    from astrid.host.errors import ServingError
+    from astrid.host.serving.workers import LocalCluster
 
     paths = resolve_capsule_paths(capsule_dirs)  # a wrong --capsules is an error before anything starts
-    cluster = LocalCluster(count, capsule_dirs, watch=watch)
-    # SIGTERM stops as Ctrl-C does (HTTP: uvicorn's shutdown; stdio sets its own), so the finally
-    # below stops the workers and nats-server in order, instead of leaving them to the kernel;
-    # set before they start, as one may be stopped the moment its workers say they host.
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
+        cluster = LocalCluster(count, capsule_dirs, relay=_worker_line, watch=watch)
         cluster.start()
-        _say(cluster.banner())
+    except ServingError as exc:
+        raise UserError(f"--workers: {exc}") from None
+    try:
+        _say(_workers_line(cluster))
         joined = BusOptions(cluster.url("mcp"), None)
         joined.local_capsules = False  # the workers run them
         joined.before_join = cluster.wait_ready
@@ -399,32 +412,47 @@ def _local_workers(
         cluster.stop()
 
 
+def _worker_line(number: int, line: str) -> None:
+    click.echo(f"astrid: worker {number}: {line}", err=True)
+
+
+def _workers_line(cluster) -> str:
+    count = cluster.count
+    pids = ", ".join(str(p.pid) for p in cluster.workers)
+    nats_pid = cluster.nats.pid if cluster.nats is not None else "?"
+    return (
+        f"--workers {count}: started nats-server (pid {nats_pid}) on {cluster.address}, loopback only, "
+        f"generated credentials; and {count} capsule host{'s' if count != 1 else ''} "
+        f"(`astrid host run`, pids {pids}), each running every capsule (replicas)"
+    )
+
+
 def _serve_stdio(
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
     watch: bool,
     resource_tools: bool,
     bus: BusOptions,
-    observing: Observability | None = None,
+    observing: Observability,
     client_trace: str = "parent",
 ) -> None:
-    import anyio
-
-    from astrid.host.mcp.server import AstridMcpServer
-    from astrid.host.mcp.stdio_wire import InputStop
+    from astrid.host.serving.stdio import StdioServing
     from astrid.host.settings import default_capsule_home
 
-    # Ctrl-C ends the input as Ctrl-D does: the requests already read are answered, then it exits.
-    stop = InputStop(on_stop=_stopping)
-    with _ctrl_c_requests(stop):
-        if not bus.local_capsules:  # --workers: SIGTERM stops as Ctrl-C does, so the workers are stopped too
-            signal.signal(signal.SIGTERM, lambda *_: stop.request())
-        runtime = make_runtime(capsule_dirs, principal, bus=bus)
+    config = runtime_config(capsule_dirs, principal, bus=bus)
+    with StdioServing(
+        config,
+        resource_tools=resource_tools,
+        client_trace=client_trace,
+        on_stopping=_stopping,
+        telemetry=observing.telemetry(),
+        sigterm_stops=not bus.local_capsules,  # --workers: SIGTERM stops as Ctrl-C does, so the workers are stopped too
+    ) as served:
         show_server_events()
         if bus.url is not None:
             _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
-        paths = runtime.config.capsule_paths if bus.local_capsules else bus.served_paths
-        _say(f"serving MCP resources on stdio for principal {runtime.principal!r}")
+        paths = config.capsule_paths if bus.local_capsules else bus.served_paths
+        _say(f"serving MCP resources on stdio for principal {config.principal!r}")
         terminal = _stdin_is_terminal()
         if terminal:  # a person, not a client, is on stdin
             _say(WAITING_LINE)
@@ -437,35 +465,20 @@ def _serve_stdio(
             _say(f"no capsules: put some in {default_capsule_home()} or pass --capsules PATH")
         if resource_tools:
             _say(RESOURCE_TOOLS_LINE)
-        for line in observing.start() if observing is not None else ():
+        for line in observing.lines(served.start_telemetry()):
             _say(line)
-        runtime.start(background=True)
         hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
-        announce(runtime, watch, hint)
-        server = AstridMcpServer(
-            runtime, limits=runtime.limits, resource_tools=resource_tools, client_trace=client_trace
-        )
-        interrupted = False
+        served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
         serving()
-        try:
-            anyio.run(server.run_stdio, stop)
-        except KeyboardInterrupt:  # Ctrl-C again, while the last answers were awaited
-            interrupted = True
-        finally:
-            runtime.close()
-            stop.close()
-            if observing is not None:
-                observing.close()
-    if stop.requested or interrupted:
+        stopped = served.run()
+    if stopped:
         _say("stopped")
         sys.exit(INTERRUPTED_EXIT)
 
 
 WAITING_LINE = "waiting for an MCP client on stdin (Ctrl-C to stop)"
-# What a shell reports for a command ended by Ctrl-C (128 + SIGINT); end of input exits 0.
-INTERRUPTED_EXIT = 130
 
 
 def _stdin_is_terminal() -> bool:
@@ -473,32 +486,6 @@ def _stdin_is_terminal() -> bool:
         return os.isatty(0)
     except OSError:
         return False
-
-
-@contextmanager
-def _ctrl_c_requests(stop) -> Iterator[None]:
-    """While serving stdio, the first SIGINT asks `stop` to end the input; a second one exits at once
-    (no waiting for a capsule call in flight: what a second Ctrl-C means)."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN or threading.current_thread() is not threading.main_thread() or os.name == "nt":
-        # started with SIGINT ignored (`nohup`, a background job): keep it so; on Windows the
-        # wire's reader cannot be woken (no select on pipes): Ctrl-C interrupts as before
-        yield
-        return
-
-    def again(signum, frame) -> None:
-        os.write(2, b"\nastrid: stopped at once\n")  # the fd itself: never a lock sys.stderr may hold
-        os._exit(INTERRUPTED_EXIT)
-
-    def first(signum, frame) -> None:
-        signal.signal(signal.SIGINT, again)
-        stop.request()
-
-    signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _stopping(pending: int) -> None:
@@ -531,42 +518,31 @@ def show_server_events() -> None:
 RESOURCE_TOOLS_LINE = "also offering the resources as tools: list_resources, read_resource (--resource-tools)"
 
 
-def announce(runtime, watch: bool, hint: str) -> None:
-    """Once loaded (in the background): what is served, and how to connect (stderr)."""
-    threading.Thread(target=_announce, args=(runtime, watch, hint), name="astrid-announce", daemon=True).start()
+def ready_lines(hint: str) -> Callable[[Ready], None]:
+    """What a server says once its capsules are loaded: what it serves, and how to connect (stderr)."""
 
-
-def _announce(runtime, watch: bool, hint: str) -> None:
-    from astrid.host.errors import BackendNotReady
-
-    try:
-        runtime.wait_ready(3600)
-    except BackendNotReady as exc:
-        _say(f"capsules could not be loaded: {exc}")
-        return
-    status = runtime.status
-    for failure in status.failures:
-        _say(f"capsule {failure.folder} not loaded: {failure.error}")
-    names = ", ".join(c.name for c in status.capsules) or "none"
-    ready = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
-    if not runtime.config.capsule_paths and runtime.config.bus_url:  # --workers: the capsules run in them
-        ready = f"ready in {status.seconds:.1f} s: joined the capsule hosts"
-    if runtime.principal is not None:
-        try:
-            count = str(len(runtime.list_resources()))
-        except Exception as exc:  # the banner must not take the server down
-            count = f"unknown ({exc})"
-        ready += f", {count} resources for principal {runtime.principal!r}"
-    if runtime.closed:  # the client left while we were loading
-        return
-    _say(ready)
-    for line in capsule_lines(status.capsules):
+    def say_ready(ready: Ready) -> None:
+        status = ready.status
+        for failure in status.failures:
+            _say(f"capsule {failure.folder} not loaded: {failure.error}")
+        names = ", ".join(c.name for c in status.capsules) or "none"
+        line = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
+        if ready.capsules_elsewhere:  # --workers: the capsules run in them
+            line = f"ready in {status.seconds:.1f} s: joined the capsule hosts"
+        if ready.resources is not None:
+            line += f", {ready.resources} resources for principal {ready.principal!r}"
         _say(line)
-    _say(hint)
-    runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
-    if watch and runtime.config.capsule_paths:
-        runtime.watch_folders()
-        _say(WATCHING_LINE)
+        for capsule_line in capsule_lines(status.capsules):
+            _say(capsule_line)
+        _say(hint)
+        if ready.watching_folders:
+            _say(WATCHING_LINE)
+
+    return say_ready
+
+
+def say_not_loaded(why: str) -> None:
+    _say(f"capsules could not be loaded: {why}")
 
 
 def capsule_lines(capsules) -> list[str]:

@@ -3,21 +3,23 @@ its operator (docs/operations.md). Shared by `astrid mcp serve` and `astrid host
 (what an MCP client's `traceparent` becomes) is `astrid mcp serve`'s alone.
 
     observing = Observability(otel, metrics_address, metrics_public, log_format, service="astrid")  # JSON lines now
-    observing.start()        # tracing from OTEL_* (or --otel), the /metrics listener: the banner's lines
+    telemetry = observing.telemetry()     # astrid.host.serving.telemetry: started and closed by the serving
     ...
-    observing.close()        # flushes the spans still queued, closes the listener
+    for line in observing.lines(started): # the banner's lines for what started
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from astrid.cli import output
 from astrid.cli.errors import UserError
+
+if TYPE_CHECKING:
+    from astrid.host.serving.telemetry import Telemetry, TelemetryStarted
 
 DEFAULT_METRICS_PORT = 9464  # the port OpenTelemetry's Prometheus exporter uses by default
 
@@ -76,17 +78,19 @@ def client_trace_for(given: str | None, *, http: bool) -> str:
 
 
 def parse_metrics_address(address: str) -> tuple[str, int]:
-    from astrid.cli.http_serve import parse_address
+    from astrid.host.addresses import host_and_port
 
-    try:
-        return parse_address(address)
-    except UserError:
+    parsed = host_and_port(address)
+    if parsed is None:
         raise UserError(
             f"--metrics {address!r}: give [HOST:]PORT with a port of 0-65535, e.g. --metrics 127.0.0.1:9464"
-        ) from None
+        )
+    return parsed
 
 
 class Observability:
+    """The observability options, checked (an error before anything starts), and what they start."""
+
     def __init__(
         self,
         otel: bool,
@@ -99,61 +103,42 @@ class Observability:
         self.otel = otel
         self.metrics_address = metrics_address
         self.metrics_public = metrics_public
-        self.log_format = log_format
         self.service = service
-        self.provider: Any = None
-        self.listener: Any = None
         self.client_trace: str | None = None  # `astrid mcp serve`: said on the tracing line
         if log_format == "json":  # first of all: every line after this one as JSON, an error below too
             output.use_json()
         if metrics_public and metrics_address is None:
             raise UserError("--metrics-public goes with --metrics [HOST:]PORT")
-        if metrics_address is not None:
-            host, _ = parse_metrics_address(metrics_address)
-            from astrid.host.telemetry.metrics import is_loopback
+        self.metrics_at = parse_metrics_address(metrics_address) if metrics_address is not None else None
+        if self.metrics_at is not None:
+            from astrid.host.addresses import is_loopback
 
-            if not is_loopback(host) and not metrics_public:
+            if not is_loopback(self.metrics_at[0]) and not metrics_public:
                 raise UserError(
                     f"--metrics {metrics_address}: refusing to serve metrics on a non-loopback address "
                     "(they name capsules and users, with no credential asked); bind 127.0.0.1 and scrape "
                     "from this machine, or add --metrics-public"
                 )
 
-    def start(self) -> list[str]:
-        """Tracing and the metrics listener; the banner lines that say so."""
-        from astrid.host.telemetry import setup
-        from astrid.host.version import astrid_version
+    def telemetry(self) -> Telemetry:
+        from astrid.host.serving.telemetry import Telemetry
 
+        return Telemetry(
+            service=self.service,
+            forced_tracing=self.otel,
+            metrics_at=self.metrics_at,
+            metrics_public=self.metrics_public,
+        )
+
+    def lines(self, started: TelemetryStarted | None) -> list[str]:
+        """The banner's lines for what started: where spans go, where metrics are scraped."""
         lines: list[str] = []
-        try:
-            self.provider = setup.configure(
-                os.environ, forced=self.otel, service_name=self.service, service_version=astrid_version()
-            )
-        except setup.TelemetryConfigError as exc:
-            raise UserError(str(exc)) from None
-        if self.provider is not None:
-            line = setup.describe(self.provider, os.environ)
+        if started is not None and started.tracing is not None:
+            line = started.tracing
             if self.client_trace is not None:
                 line += f"; a client's traceparent {CLIENT_TRACE_SAID[self.client_trace]} (--client-trace)"
             lines.append(line)
-        if self.metrics_address is not None:
-            from astrid.host.telemetry import metrics
-
-            host, port = parse_metrics_address(self.metrics_address)
-            try:
-                self.listener = metrics.serve(host, port, public=self.metrics_public)
-            except OSError as exc:
-                self.close()
-                raise UserError(
-                    f"--metrics {self.metrics_address}: cannot listen there ({exc.strerror or exc})"
-                ) from None
-            lines.append(f"metrics: {self.listener.url} (Prometheus; `astrid status --metrics {self.listener.url}`)")
+        if started is not None and started.metrics_url is not None:
+            url = started.metrics_url
+            lines.append(f"metrics: {url} (Prometheus; `astrid status --metrics {url}`)")
         return lines
-
-    def close(self) -> None:
-        from astrid.host.telemetry import setup
-
-        setup.shutdown()
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None

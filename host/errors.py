@@ -68,3 +68,7 @@ class TokenError(AstridError):
 
 class IdentityError(AstridError):
     """A capsule artifact, signature, signing key or trust entry that cannot be used (the message says the fix)."""
+
+
+class ServingError(AstridError):
+    """A server could not start as asked (an address it cannot listen on, a tool it cannot find)."""

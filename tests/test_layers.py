@@ -6,6 +6,9 @@ The rules (docs/design.md, "Layer rules"):
 - `contract` (wire models, the topic registry) builds on the bus only;
 - `kernel`, `broker` and `mcp` never import each other, nor the composition
   root (`runtime`) that wires them together;
+- `serving` (stdio and HTTP serving, `--workers`, `astrid host run`,
+  telemetry and signals) assembles processes from the runtime, the MCP
+  server and the rest; no other layer imports it (the CLI does);
 - `auth` (principal names, bearer-token sources) imports no other layer, and
   only `mcp` and the composition root may import it;
 - `capabilities` (fs, kv, http and the operator's grants) imports no other
@@ -22,10 +25,10 @@ The rules (docs/design.md, "Layer rules"):
   layers that say what they do import it;
 - the foundation modules beside them (errors, limits, tuning, settings,
   version, toolpaths, owner_file, bounded_lru, log_throttle, event_stream,
-  connection_guard) import no layer at all;
+  connection_guard, addresses) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
 - module by module: the bus's implementations are the composition root's
-  choice. Only the root (`runtime`) imports the NATS bus, the package
+  choice. Only the roots (`runtime`, `serving`) import the NATS bus, the package
   `bus.nats` or any of its modules (inside the bus layer, only the
   package's own modules import them), and the layers that talk over the
   bus (`contract`, `broker`, `mcp`) never import the in-memory one: they
@@ -60,6 +63,7 @@ LAYERS = (
     "capabilities",
     "identity",
     "telemetry",
+    "serving",
 )
 FORBIDDEN: dict[str, set[str]] = {
     "bus": {
@@ -111,15 +115,19 @@ FORBIDDEN: dict[str, set[str]] = {
             "log_throttle",
             "event_stream",
             "connection_guard",
+            "addresses",
         )
     },
 }
+
+# The process assembly sits on top of every layer: none of them imports it (the CLI does).
+FORBIDDEN = {layer: FORBIDDEN.get(layer, set()) | {"serving"} for layer in {*FORBIDDEN, *LAYERS} if layer != "serving"}
 
 
 # Modules (not layers) a layer must not import, on top of FORBIDDEN.
 NATS_BUS, MEMORY_BUS = "astrid.host.bus.nats", "astrid.host.bus.memory"
 FORBIDDEN_MODULES: dict[str, set[str]] = {
-    **{layer: {NATS_BUS} for layer in LAYERS if layer != "runtime"},
+    **{layer: {NATS_BUS} for layer in LAYERS if layer not in ("runtime", "serving")},
     **{layer: {NATS_BUS, MEMORY_BUS} for layer in ("contract", "broker", "mcp")},
 }
 
@@ -197,6 +205,8 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("kernel", "def f():\n    import astrid.host.mcp.server\n"),
         ("broker", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from astrid.host.kernel import kernel\n"),
         ("broker", "from astrid.host import runtime"),
+        ("runtime", "from astrid.host.serving.stdio import StdioServing"),
+        ("mcp", "from astrid.host.serving import signals"),
         ("mcp", "from astrid.host.broker.client import BrokerClient"),
         ("bus", "from astrid.host.contract.topics import BROKER"),
         ("errors", "from astrid.host.bus import Principal"),

@@ -56,7 +56,6 @@ checks (size, header, algorithm, kid) run before any key is fetched.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -68,6 +67,7 @@ from urllib.parse import urlsplit
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from astrid.host.addresses import is_loopback
 from astrid.host.auth.principal import BearerIdentity, principal_problem
 from astrid.host.errors import AuthConfigError
 from astrid.host.log_throttle import LogThrottles
@@ -208,20 +208,11 @@ def check_jwks_url(url: str) -> None:
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
         raise AuthConfigError(f"JWKS URL {url!r} is not an http(s) URL; give the issuer's https://.../jwks.json")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise AuthConfigError(
             f"JWKS URL {url!r} is plain http: anyone on the path could swap the signing keys; use https"
             " (plain http is allowed only on loopback, for tests)"
         )
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _screen_header(token: object) -> tuple[str, str]:

@@ -27,7 +27,6 @@ astrid adds:
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -72,16 +71,6 @@ class HttpSettings:
     # False: uvicorn installs no log handlers of its own, so its lines go through the
     # root logger's (`--log-format json`).
     uvicorn_log_config: bool = True
-
-
-def is_loopback(host: str) -> bool:
-    """Is `host` (a name or an address) this machine only?"""
-    if host.strip("[]") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def transport_security(settings: HttpSettings, port: int) -> TransportSecuritySettings:

@@ -23,11 +23,11 @@ sources the composition root and the transports register (`watch`).
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from astrid.host.addresses import is_loopback
 from astrid.host.tuning import TELEMETRY_TUNING
 
 if TYPE_CHECKING:
@@ -314,17 +314,6 @@ class _Gauges:
 
 
 # -- the listener ---------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    """Is `host` (a name or an address) this machine only?"""
-    bare = host.strip("[]")
-    if bare == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False
 
 
 class MetricsListener:

@@ -23,10 +23,10 @@ import anyio
 import mcp.types as types
 import pytest
 
-from astrid.cli.workers import write_private
 from astrid.host.bus.nats import NatsBus
 from astrid.host.contract.topics import HOST_CLUSTER
 from astrid.host.errors import BusError
+from astrid.host.serving.workers import write_private
 from tests.e2e.builds import build, write_variant
 from tests.support.nats import capsule_host, nats_server
 from tests.support.processes import astrid_exe, run_astrid, serve_args, server_env
