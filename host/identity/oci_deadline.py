@@ -28,6 +28,7 @@ takes the original over.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import math
@@ -266,10 +267,8 @@ class Transfer:
 
 
 def _shut(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the other end closed it already: nothing left to cut
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # the other end closed it already
 
 
 def _where(url: str) -> str:

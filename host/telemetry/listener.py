@@ -23,6 +23,7 @@ imported: a stdio server with `--metrics` starts no event loop for it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import re
@@ -87,10 +88,8 @@ class _Connection:
 
     def write(self, data: bytes) -> None:
         """Best effort, never blocking: a refusal the peer may or may not read."""
-        try:
+        with contextlib.suppress(OSError):  # the peer left or its buffer is full: it was a courtesy
             self.sock.send(data)
-        except OSError:
-            pass
 
     def close(self) -> None:
         if self._closed:
