@@ -340,7 +340,7 @@ def _registry_says(response: requests.Response) -> str:
                     break
         errors = json.loads(body).get("errors", [])
         said = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors if isinstance(e, dict)]
-    except Exception:
+    except Exception:  # a body that is not the OCI error JSON (or not there): the status line says enough
         return ""
     return "; ".join(said)[:300]
 
