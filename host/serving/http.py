@@ -18,6 +18,7 @@ from astrid.host.mcp.http import HttpListener, HttpSettings
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
 from astrid.host.serving.ready import Ready, when_ready
+from astrid.host.serving.signals import sigterm_as_ctrl_c
 from astrid.host.serving.telemetry import Telemetry, TelemetryStarted
 
 
@@ -109,6 +110,9 @@ class HttpServing:
         return self.listener.url
 
     def __enter__(self) -> HttpServing:
+        # uvicorn takes SIGTERM while it serves and raises it again once it shut down: with its
+        # default action the process would end there, before the spans still queued are flushed
+        sigterm_as_ctrl_c()
         return self
 
     def start_telemetry(self) -> TelemetryStarted | None:

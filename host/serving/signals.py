@@ -54,8 +54,10 @@ def sigterm_calls(request_stop: Callable[[], None]) -> None:
 
 
 def sigterm_as_ctrl_c() -> None:
-    """From now on SIGTERM stops as Ctrl-C does (uvicorn's shutdown, or the stop `first_ctrl_c_asks` set)."""
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    """From now on SIGTERM stops as Ctrl-C does (uvicorn's shutdown, or the stop `first_ctrl_c_asks` set).
+    Only the main thread may set a handler: elsewhere (a server run inside a test) it is left as it is."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
 
 
 def stop_signal_pipe() -> int:

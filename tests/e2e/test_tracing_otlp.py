@@ -10,6 +10,7 @@ is in tests/security/test_trace_sampling.py).
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import anyio
 import pytest
 
 from astrid.capsules import CAPSULES_DIR
+from astrid.host.serving.signals import INTERRUPTED_EXIT
 from tests.support.capsules import build_clean
 from tests.support.http import http_server, http_session
 from tests.support.otlp import COLLECTORS, http_collector
@@ -78,3 +80,20 @@ async def test_nothing_reaches_the_collector_when_tracing_is_off(built, capsule_
             await anyio.sleep(1.0)  # twenty export intervals
             assert "tracing:" not in served.log()
     assert received.requests == []
+
+
+async def test_sigterm_stops_an_http_server_in_order_and_its_queued_spans_are_flushed(
+    built, capsule_home, tmp_path
+) -> None:
+    """A supervisor's stop (SIGTERM: systemd, docker stop) is Ctrl-C's: uvicorn shuts down, then the
+    spans still queued are exported before the process exits (status 130), none lost."""
+    with http_collector() as (endpoint, received):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "600000"}  # queued, not sent
+        with http_server(built, capsule_home=capsule_home, token_dir=tmp_path, env=env) as served:
+            await traffic(served.url, served.add_token("alice"))
+            assert received.spans() == []  # still in the queue
+            served.process.send_signal(signal.SIGTERM)
+            assert served.process.wait(60) == INTERRUPTED_EXIT, served.log()
+        names = {span.name for _, _, span in received.spans()}
+    assert {"resources/read", "capsule.call"} <= names
+    assert "stopped" in served.log()
