@@ -12,9 +12,11 @@ The rules (docs/design.md, "Layer rules"):
   layer; only the kernel, which links them into capsules, and the composition
   root use it;
 - `capsule` (what a capsule folder is: its manifest, its provenance,
-  finding capsule folders) builds on the bus's topic grammar and the
-  capabilities' asks only; the kernel, identity, the build and the CLI read
-  capsules through it;
+  finding capsule folders, what it asks of other capsules over the bus)
+  builds on the bus's topic grammar, the topic registry (`contract.topics`,
+  which builds on the bus only: the host namespace and the request/reply
+  segments) and the capabilities' asks only; the kernel, identity, the
+  build and the CLI read capsules through it;
 - `identity` (capsule artifacts, signatures, keys, the trust store, OCI
   transfer) reads capsules through `capsule` and imports no other layer (not
   the kernel);
@@ -24,6 +26,9 @@ The rules (docs/design.md, "Layer rules"):
   version, toolpaths, owner_file, bounded_lru, log_throttle, event_stream,
   connection_guard) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
+- the CLI (`cli/`) keeps options and printing: no module of it imports the
+  kernel or the broker; it asks the composition root (`runtime`) what they
+  know (`runtime.CapsuleChecker`: does a capsule folder load, and who is it);
 - module by module: the bus's implementations are the composition root's
   choice. Only the root (`runtime`) imports the NATS bus, the package
   `bus.nats` or any of its modules (inside the bus layer, only the
@@ -116,6 +121,10 @@ FORBIDDEN: dict[str, set[str]] = {
 }
 
 
+# Modules of a forbidden layer that a layer may still import: the topic registry builds on the bus
+# only, and the capsule package needs its host namespace and request/reply segments (`capsule.bus_asks`).
+ALLOWED_MODULES: dict[str, set[str]] = {"capsule": {"astrid.host.contract.topics"}}
+
 # Modules (not layers) a layer must not import, on top of FORBIDDEN.
 NATS_BUS, MEMORY_BUS = "astrid.host.bus.nats", "astrid.host.bus.memory"
 FORBIDDEN_MODULES: dict[str, set[str]] = {
@@ -152,9 +161,13 @@ def violations(layer: str, source: str, module: str = "") -> list[str]:
     """The imports in `source` (`module`, of `layer`) that the rules forbid; a package's own
     modules may import each other."""
     forbidden = FORBIDDEN.get(layer, set())
+    allowed = ALLOWED_MODULES.get(layer, set())
     modules = {bad for bad in FORBIDDEN_MODULES.get(layer, set()) if not within(module, bad)}
     return sorted(
-        m for m in imported_modules(source) if host_layer(m) in forbidden or any(within(m, bad) for bad in modules)
+        m
+        for m in imported_modules(source)
+        if (host_layer(m) in forbidden and not any(within(m, good) for good in allowed))
+        or any(within(m, bad) for bad in modules)
     )
 
 
@@ -225,3 +238,48 @@ def test_only_the_nats_bus_itself_imports_its_modules() -> None:
     assert violations("bus", source, "astrid.host.bus.memory") != []
     assert violations("bus", source, "astrid.host.bus.nats.bus") == []
     assert violations("runtime", source, "astrid.host.runtime") == []
+
+
+def test_the_capsule_package_reads_the_topic_registry_but_no_other_contract_module() -> None:
+    assert violations("capsule", "from astrid.host.contract.topics import HOST_NAMESPACE\n") == []
+    assert violations("capsule", "from astrid.host.contract.resource import ResourceDefinition\n") != []
+    assert violations("capsule", "from astrid.host.contract import outcomes\n") != []
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+CLI = REPO / "cli"
+# What the CLI must not reach into: it asks the composition root instead.
+CLI_FORBIDDEN = ("astrid.host.kernel", "astrid.host.broker")
+
+
+def cli_violations(source: str) -> list[str]:
+    """The kernel and broker modules a CLI source file imports."""
+    return sorted(m for m in imported_modules(source) if any(within(m, bad) for bad in CLI_FORBIDDEN))
+
+
+@pytest.mark.parametrize("path", sorted(CLI.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_cli_imports_neither_the_kernel_nor_the_broker(path: Path) -> None:
+    found = cli_violations(path.read_text(encoding="utf-8"))
+    assert found == [], (
+        f"{path.relative_to(REPO)} must not import {found}: the CLI keeps options and printing, and asks "
+        "the composition root (astrid.host.runtime) what the kernel or the broker knows"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from astrid.host.kernel.loader import load_capsule\n",
+        "def f():\n    from astrid.host.kernel.compile_cache import CompileCache\n",
+        "import astrid.host.broker.client\n",
+        "from astrid.host.broker import Broker\n",
+    ],
+)
+def test_a_cli_import_of_the_kernel_or_the_broker_is_caught(source: str) -> None:
+    assert cli_violations(source) != []
+
+
+def test_the_cli_may_ask_the_composition_root_and_the_capsule_package() -> None:
+    source = "from astrid.host.runtime import CapsuleChecker\nfrom astrid.host.capsule.bus_asks import bus_asks\n"
+    assert cli_violations(source) == []
