@@ -202,7 +202,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
 
 
-def _code_mismatch(folder: Path, manifest, cache) -> list[str]:
+def _code_mismatch(folder: Path, manifest) -> list[str]:
     """Warning lines when Capsule.toml does not match what the built component serves (the build would refuse it).
 
     Only for a local capsule built from an app.py here (an installed, signed
@@ -216,7 +216,7 @@ def _code_mismatch(folder: Path, manifest, cache) -> list[str]:
     toolchain = next((each for each in toolchains() if each.detects(folder)), None)
     if toolchain is None or (folder / IDENTITY_FILE).exists():
         return []
-    reading = read_built(folder, cache=cache)
+    reading = read_built(folder)
     if reading.status == "failed":
         why = f"asking the built component what it declares failed: {reading.detail}"
         return [f"  warning: {MANIFEST_NAME} was not checked against {toolchain.entry} ({why})"]
@@ -253,16 +253,11 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
 
     Without PATHS: the current folder when it holds capsules, else the capsule home.
     """
-    try:
-        from astrid.host.capsule.discovery import discover_capsules, stale_component
-        from astrid.host.kernel.loader import CapsuleLoadError, load_capsule
-    except ImportError:
-        raise UserError("`astrid capsule list` needs the kernel's capsule loader, which this install lacks") from None
+    from astrid.host.capsule.discovery import discover_capsules, stale_component
     from astrid.host.capsule.manifest import ManifestError, load_manifest
-    from astrid.host.identity.trust import TrustStore, default_trust_file
-    from astrid.host.identity.vetting import vetter
-    from astrid.host.kernel.compile_cache import CompileCache
-    from astrid.host.kernel.reserved import bus_asks
+    from astrid.host.contract.bus_asks import bus_asks
+    from astrid.host.errors import CapsuleLoadError
+    from astrid.host.runtime import CapsuleChecker
     from astrid.host.settings import default_capsule_home
 
     home = default_capsule_home()
@@ -290,8 +285,7 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
                     f"{home}; {_look_deeper(Path('.'), 'list')}"
                 )
             click.echo(f"listing the capsule home {home} (the current folder holds no capsule)")
-    cache = CompileCache()
-    vet = vetter(TrustStore(default_trust_file()))
+    checker = CapsuleChecker()  # the compile cache and trust vetter a server uses
     failures = 0
     for folder in folders:
         try:
@@ -304,7 +298,7 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
         identity = None
         loads = False
         try:
-            loaded = load_capsule(folder, cache, vet)
+            loaded = checker.check(folder)
         except CapsuleLoadError as exc:
             failures += 1
             click.echo(f"{header}\n  status: does not load: {exc}")
@@ -333,7 +327,7 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
         if stale is not None:
             click.echo(f"  warning: {stale}")
         if verbose and loads:
-            for line in _code_mismatch(folder, manifest, cache):
+            for line in _code_mismatch(folder, manifest):
                 click.echo(line)
     if failures:
         sys.exit(1)

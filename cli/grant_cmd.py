@@ -279,7 +279,7 @@ def capability_lines(name: str, asked: Any, granted: Any, bus: Any = None) -> li
     """`capsule list -v`: each capability the manifest asks for, and whether it is granted.
 
     `bus` is what its `[publish]` and `[subscribe]` declare that needs
-    `bus:request` (`astrid.host.kernel.reserved.BusAsks`; None: nothing)."""
+    `bus:request` (`astrid.host.contract.bus_asks.BusAsks`; None: nothing)."""
     from astrid.host.capabilities.grants import usable
     from astrid.host.capabilities.registry import capabilities
 

@@ -604,3 +604,45 @@ def _reload_line(before: Mapping[Path, CapsuleSummary], after: Mapping[Path, Cap
         return None
     count = len(after)
     return f"capsule folders changed: {', '.join(changes)}; serving {count} capsule{'s' if count != 1 else ''}"
+
+
+# -- a capsule folder checked as a server loads it (`astrid capsule list`) ----------------------
+
+
+@dataclass(frozen=True)
+class CapsuleCheck:
+    """Who a capsule folder is, loaded as a server loads it (`CapsuleChecker.check`)."""
+
+    source_id: str
+    provenance: Provenance
+    wasm_sha256: str
+    grant_identity: str  # whom the operator's grants must name for the capsule to get them
+    load_seconds: float
+    from_cache: bool  # its compiled form came from the compile cache
+
+
+class CapsuleChecker:
+    """Does a capsule folder load, and who is it? Asked as a server asks it: with the compile cache and
+    the trust vetter of a server on the same `cache_dir` and `trust_file` (None: the user's), made once
+    for every folder checked."""
+
+    def __init__(self, *, cache_dir: Path | None = None, trust_file: Path | None = None) -> None:
+        # Imported here: wasmtime loads when a capsule is checked, not with the CLI.
+        from astrid.host.kernel.compile_cache import CompileCache
+
+        self._cache = CompileCache(cache_dir)
+        self._vet = vetter(TrustStore(trust_file or default_trust_file()))
+
+    def check(self, folder: Path) -> CapsuleCheck:
+        """Who the capsule in `folder` is; raises `CapsuleLoadError` (one line: why) when it does not load."""
+        from astrid.host.kernel.loader import load_capsule
+
+        loaded = load_capsule(folder, self._cache, self._vet)
+        return CapsuleCheck(
+            source_id=loaded.source_id,
+            provenance=loaded.provenance,
+            wasm_sha256=loaded.wasm_sha256,
+            grant_identity=loaded.grant_identity,
+            load_seconds=loaded.load_seconds,
+            from_cache=loaded.from_cache,
+        )

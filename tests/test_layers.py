@@ -3,7 +3,8 @@
 The rules (docs/design.md, "Layer rules"):
 
 - `bus` (the interface and the in-memory bus) imports no other layer;
-- `contract` (wire models, the topic registry) builds on the bus only;
+- `contract` (wire models, the topic registry, which topics need
+  `bus:request`) builds on the bus only;
 - `kernel`, `broker` and `mcp` never import each other, nor the composition
   root (`runtime`) that wires them together;
 - `serving` (stdio and HTTP serving, `--workers`, `astrid host run`,
@@ -27,6 +28,10 @@ The rules (docs/design.md, "Layer rules"):
   version, toolpaths, owner_file, bounded_lru, log_throttle, event_stream,
   connection_guard, addresses) import no layer at all;
 - the guest SDK runs inside wasm and imports nothing of the host;
+- the CLI (`cli/`) keeps options and printing: no module of it imports the
+  kernel, the broker, the MCP layer or the watchers; it asks the composition
+  roots what they know (`runtime.CapsuleChecker`: does a capsule folder
+  load, and who is it) and has `serving` assemble what it runs;
 - module by module: the bus's implementations are the composition root's
   choice. Only the roots (`runtime`, `serving`) import the NATS bus, the package
   `bus.nats` or any of its modules (inside the bus layer, only the
@@ -235,3 +240,48 @@ def test_only_the_nats_bus_itself_imports_its_modules() -> None:
     assert violations("bus", source, "astrid.host.bus.memory") != []
     assert violations("bus", source, "astrid.host.bus.nats.bus") == []
     assert violations("runtime", source, "astrid.host.runtime") == []
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+CLI = REPO / "cli"
+# What the CLI must not reach into: it asks the composition roots instead (`runtime`, `serving`).
+CLI_FORBIDDEN = ("astrid.host.kernel", "astrid.host.broker", "astrid.host.mcp", "astrid.host.watch")
+
+
+def cli_violations(source: str) -> list[str]:
+    """The kernel, broker, MCP and watcher modules a CLI source file imports."""
+    return sorted(m for m in imported_modules(source) if any(within(m, bad) for bad in CLI_FORBIDDEN))
+
+
+@pytest.mark.parametrize("path", sorted(CLI.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_cli_reaches_into_no_layer_the_roots_assemble(path: Path) -> None:
+    found = cli_violations(path.read_text(encoding="utf-8"))
+    assert found == [], (
+        f"{path.relative_to(REPO)} must not import {found}: the CLI keeps options and printing, asks the "
+        "composition root (astrid.host.runtime) what the kernel or the broker knows, and has "
+        "astrid.host.serving assemble the MCP server"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from astrid.host.kernel.loader import load_capsule\n",
+        "def f():\n    from astrid.host.kernel.compile_cache import CompileCache\n",
+        "import astrid.host.broker.client\n",
+        "from astrid.host.broker import Broker\n",
+        "from astrid.host.mcp.server import AstridMcpServer\n",
+        "from astrid.host.watch import FolderWatcher\n",
+    ],
+)
+def test_a_cli_import_of_what_the_roots_assemble_is_caught(source: str) -> None:
+    assert cli_violations(source) != []
+
+
+def test_the_cli_may_ask_the_composition_root_and_the_capsule_package() -> None:
+    source = (
+        "from astrid.host.runtime import CapsuleChecker\nfrom astrid.host.contract.bus_asks import bus_asks\n"
+        "from astrid.host.serving.stdio import StdioServing\n"
+    )
+    assert cli_violations(source) == []

@@ -16,7 +16,7 @@ Specs, as the operator types them (each capability's grammar is its plug-in's,
                        loopback or private address
     bus:request        ask other capsules over the bus: publish the requests
                        and hear the replies its `[publish]` and `[subscribe]`
-                       declare (`astrid.host.kernel.reserved`); without it a
+                       declare (`astrid.host.contract.bus_asks`); without it a
                        capsule can only serve
 
 The file (`$ASTRID_CONFIG_DIR/grants.json`) is keyed by capsule name, and
@@ -115,7 +115,7 @@ def usable(granted: CapsuleGrants, asked: Asks, *, bus_request: bool = False) ->
     """What a capsule may use: its grants narrowed to what its manifest asks for.
 
     `bus_request` is asked for by declaring requests or replies in `[publish]`
-    or `[subscribe]` (`astrid.host.kernel.reserved.bus_asks`), not in `[capabilities]`."""
+    or `[subscribe]` (`astrid.host.contract.bus_asks.bus_asks`), not in `[capabilities]`."""
     narrowed = replace(NO_GRANTS, bus_request=granted.bus_request and bus_request)
     for capability in capabilities():
         narrowed = narrowed.with_grant(capability, capability.usable(granted.of(capability), asked.of(capability)))

@@ -64,7 +64,8 @@ CAPSULE_MAY_SUBSCRIBE_UNDER = INVENTORY_REPLY_PREFIX
 
 # The segments that make a topic a request or a reply (the first of them in a
 # topic decides): asking other capsules, and hearing their replies, outside
-# the host namespace takes the operator's `bus:request` grant (`kernel.reserved`).
+# the host namespace takes the operator's `bus:request` grant (`contract/bus_asks.py`
+# says which topics; `kernel.reserved` enforces it).
 REQUEST_SEGMENT = "request"
 RESPONSE_SEGMENT = "response"
 # An event (`resource.v1.event.updated`) is neither: publishing one's own is

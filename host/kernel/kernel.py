@@ -52,6 +52,7 @@ from astrid.host.capabilities.plugins.kv import KV
 from astrid.host.capsule.discovery import discover_capsules
 from astrid.host.capsule.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from astrid.host.capsule.provenance import IDENTITY_FILE, Provenance, Vet
+from astrid.host.contract.bus_asks import bus_asks
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded, ResourceUpdated
 from astrid.host.contract.local_replies import LocalKind, LocalReply
 from astrid.host.contract.topics import (
@@ -68,7 +69,7 @@ from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, load_capsule
-from astrid.host.kernel.reserved import CapsuleParticipant, bus_asks, refusal_line
+from astrid.host.kernel.reserved import CapsuleParticipant, refusal_line
 from astrid.host.kernel.routing import accepts_for
 from astrid.host.kernel.sandbox import SandboxPool
 from astrid.host.kernel.static_directory import StaticDirectory

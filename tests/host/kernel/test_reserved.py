@@ -1,7 +1,8 @@
 """`bus:request`: which topics a capsule may ask other capsules on, and hear their replies on, without it.
 
-The rule lives in `astrid.host.kernel.reserved`; the bus asks the participant
-on every publish, subscribe and delivery, so the grant is read per call.
+Which topics ask others is `astrid.host.contract.bus_asks` (tested beside it);
+the participant of `astrid.host.kernel.reserved` enforces it: the bus asks the
+participant on every publish, subscribe and delivery, so the grant is read per call.
 """
 
 from __future__ import annotations
@@ -13,17 +14,10 @@ import pytest
 
 from astrid.host.bus import Binding, InMemoryBus, Message, Principal
 from astrid.host.capabilities.grants import GrantStore
+from astrid.host.contract.bus_asks import BusAsks, hears_only_replies, may_hear_replies, topic_kind
 from astrid.host.errors import BusError
 from astrid.host.kernel.kernel import Kernel, KernelConfig
-from astrid.host.kernel.reserved import (
-    BusAsks,
-    CapsuleParticipant,
-    bus_asks,
-    hears_only_replies,
-    may_hear_replies,
-    refusal_line,
-    topic_kind,
-)
+from astrid.host.kernel.reserved import CapsuleParticipant, refusal_line
 
 ALICE = Principal.verified("alice")
 WIDE = ("resource.v1.*", "test.*", "astrid.*")
@@ -54,21 +48,6 @@ def message(topic: str, source_id: str = "src-other") -> Message:
 
 
 # -- the shapes ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("topic", "kind"),
-    [
-        ("resource.v1.request.read", "request"),
-        ("resource.v1.response.read.c1", "response"),
-        ("resource.v1.response.describe.request", "response"),  # the first kind segment decides
-        ("request.x", "request"),
-        ("test.loop.one", None),
-        ("astrid.v1.capsules_loaded", None),
-    ],
-)
-def test_the_first_request_or_response_segment_is_a_topics_kind(topic: str, kind: str | None) -> None:
-    assert topic_kind(topic) == kind
 
 
 @pytest.mark.parametrize(
@@ -154,37 +133,15 @@ def test_another_participants_reply_is_withheld_without_the_grant() -> None:
     assert participant.may_receive(message("resource.v1.response.read.c1"))
 
 
-def test_patterns_that_may_hear_replies() -> None:
-    assert may_hear_replies("resource.v1.*") and may_hear_replies("test.loop.*")
-    assert may_hear_replies("resource.v1.response.read.*")
-    assert not may_hear_replies("resource.v1.request.*") and not may_hear_replies("test.loop.one")
-    assert not may_hear_replies("astrid.v1.response.capsules.*")
-
-
 # -- what the operator is told ----------------------------------------------------------------------
 
 
-def test_bus_asks_name_what_the_manifest_declares_that_needs_the_grant() -> None:
-    asks = bus_asks(
-        ["resource.v1.response.read.*", "resource.v1.request.read", "resource.v1.*", "astrid.v1.request.capsules"],
-        ["resource.v1.request.read", "resource.v1.response.read.*", "astrid.v1.response.capsules.*"],
-    )
-    assert asks == BusAsks(
-        publish=("resource.v1.request.read", "resource.v1.*"), subscribe=("resource.v1.response.read.*",)
-    )
-    assert asks.describe() == (
-        "publish resource.v1.request.read, resource.v1.* (its requests); "
-        "hear other capsules' replies on resource.v1.response.read.*"
-    )
+def test_the_refusal_line_names_what_is_refused_and_the_command_that_allows_it() -> None:
+    asks = BusAsks(publish=("resource.v1.request.read", "resource.v1.*"), subscribe=("resource.v1.response.read.*",))
     line = refusal_line("launder", asks)
     assert line.startswith("capsule launder: not granted bus:request")
+    assert f"refused: {asks.describe()}." in line
     assert line.endswith("To allow it: astrid capsule grant launder bus:request")
-    # A capsule that only serves (the SDK template, every bundled capsule) asks for nothing.
-    serving = bus_asks(
-        ["resource.v1.response.describe.*", "resource.v1.response.read.*", "astrid.v1.request.capsules"],
-        ["resource.v1.request.describe", "resource.v1.request.read", "astrid.v1.response.capsules.*"],
-    )
-    assert not serving
 
 
 # -- on the bus -------------------------------------------------------------------------------------
