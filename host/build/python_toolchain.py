@@ -6,9 +6,9 @@
 
 The entry module is `app` (the file `app.py` at the top of the capsule
 folder); it must define `WitWorld` (`WitWorld = capsule.world()` with the
-guest SDK). componentize-py builds it against the world `resource-capsule`
-with `--stub-wasi`, with the capsule folder and the guest SDK on the guest's
-module path.
+guest SDK). componentize-py builds it against the world `resource-capsule`,
+with the capsule folder and the guest SDK on the guest's module path; its
+WASI imports are served deny-by-default by the host (`host/kernel/wasi.py`).
 
 Builds are hermetic: the guest sees the standard library, the SDK, the
 capsule folder and the packages its `requirements.txt` pins (installed into
@@ -46,7 +46,7 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRY_MODULE = "app"
 ENTRY_FILE = f"{ENTRY_MODULE}.py"
-COMPONENTIZE_FLAGS = ("--stub-wasi",)
+COMPONENTIZE_FLAGS: tuple[str, ...] = ()  # WASI is linked, deny by default (host/kernel/wasi.py)
 # What else a build's result depends on: its isolated site (bump when the build's inputs change
 # in a way the content hash does not see, e.g. the manifest check).
 ISOLATION = "isolated-site-1 manifest-check-1"

@@ -1,5 +1,5 @@
 """The host side of `astrid:ipc` and `astrid:sys`, linked into every capsule
-(with `capability_abi`'s fs, kv and http beside them).
+(with `capability_abi`'s fs, kv and http, and `wasi`'s deny-by-default WASI, beside them).
 
 One Linker serves every Store; each import finds the calling instance by its
 Store context. Host imports never raise into the guest: an exception in a
@@ -31,6 +31,7 @@ from astrid.host.bus import Bus, BusError, IpcErrorCode, Message, Principal, Sub
 from astrid.host.capabilities.grants import GrantStore
 from astrid.host.kernel import fastpath, wasmtime_patches
 from astrid.host.kernel.capability_abi import CapabilityAbi
+from astrid.host.kernel.wasi import WasiHost
 from astrid.host.kernel.wit_values import record
 
 if TYPE_CHECKING:
@@ -154,6 +155,7 @@ class HostAbi:
                 sys_.add_func("clock-ms", self._clock_ms)
             self.capabilities = CapabilityAbi(grants, kv_path, self._instance, kv_factory)
             self.capabilities.link(root)
+            WasiHost(self._log, self._time_left).link(root)
 
     # -- instance registry ---------------------------------------------------
 
@@ -179,6 +181,11 @@ class HostAbi:
 
     def _instance(self, store: Any) -> Instance:
         return self._instances[store_key(store)]
+
+    def _time_left(self, store: Any) -> float:
+        """How long the call running in `store` may still wait (0 outside a call, or for an unknown Store)."""
+        instance = self._instances.get(store_key(store))
+        return instance.remaining_call_time() if instance is not None else 0.0
 
     def _own(self, store: Any, handle: ResourceAny) -> Subscription | None:
         host = handle.to_host(store)

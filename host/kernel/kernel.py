@@ -68,6 +68,7 @@ from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.compile_cache import CompileCache
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
+from astrid.host.kernel.failed_reads import failed_read_reply
 from astrid.host.kernel.loader import CapsuleLoadError, LoadedCapsule, load_capsule
 from astrid.host.kernel.reserved import CapsuleParticipant, refusal_line
 from astrid.host.kernel.routing import accepts_for
@@ -478,6 +479,13 @@ class Kernel:
             outcome = self.sandboxes.invoke(capsule, participant, message, handler)
             if outcome.ok:
                 log.debug("%s.%s -> %s (%.2f ms)", capsule.name, handler, outcome.action, outcome.seconds * 1000)
+                return
+            reply = failed_read_reply(message, outcome, handler, self.limits.call_wall_time_s)
+            if reply is not None:
+                try:
+                    self.bus.publish(participant, *reply, message.principal)
+                except BusError as exc:  # refused as the guest's own reply would have been
+                    log.debug("capsule %s: the reply for its failed read was refused: %s", capsule.name, exc)
 
         return run
 

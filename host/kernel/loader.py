@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import wasmtime
-from wasmtime.component import Component
+from wasmtime.component import Component, ComponentInstanceType, FuncType
 
 from astrid.host.capabilities.registry import capabilities
 from astrid.host.capsule.manifest import Manifest, ManifestError, load_manifest
 from astrid.host.capsule.provenance import LOCAL, Provenance, Vet, source_id_for
 from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
+from astrid.host.kernel.wasi import wasi_import_problem
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +114,24 @@ def _check_header(name: str, folder: Path, wasm_path: Path) -> None:
 
 
 def check_interface(name: str, component: Component, engine: wasmtime.Engine) -> None:
-    """Only the host ABI may be imported (no WASI), and the interceptor must be exported."""
+    """Only the host ABI, the capabilities and the WASI the host serves (`wasi.py`) may be imported,
+    and the interceptor must be exported."""
     component_type = component.type
-    imports = set(component_type.imports(engine))
-    foreign = sorted(imports - host_imports() - TYPE_ONLY_IMPORTS)
+    imports = component_type.imports(engine)
+    foreign = sorted(set(imports) - host_imports() - TYPE_ONLY_IMPORTS - {i for i in imports if i.startswith("wasi:")})
+    foreign += [
+        problem for i in sorted(imports) if i.startswith("wasi:") and (problem := _wasi_problem(i, imports[i], engine))
+    ]
     if foreign:
-        hint = (
-            " (build Python capsules with --stub-wasi: `astrid capsule build` does)"
-            if any(i.startswith("wasi:") for i in foreign)
-            else ""
-        )
-        raise CapsuleLoadError(f"{name}: imports {', '.join(foreign)}, which the host does not provide{hint}")
+        raise CapsuleLoadError(f"{name}: imports {', '.join(foreign)}, which the host does not provide")
     if HOOK_EXPORT not in set(component_type.exports(engine)):
         raise CapsuleLoadError(f"{name}: does not export {HOOK_EXPORT} (build it against the resource-capsule world)")
+
+
+def _wasi_problem(name: str, item: Any, engine: wasmtime.Engine) -> str | None:
+    """Why a WASI instance import cannot be served (`wasi.wasi_import_problem`), or None."""
+    instance = item.ty
+    if not isinstance(instance, ComponentInstanceType):
+        return f"{name} (not an instance)"
+    functions = [export for export, extern in instance.exports(engine).items() if isinstance(extern.ty, FuncType)]
+    return wasi_import_problem(name, functions)

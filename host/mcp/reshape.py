@@ -163,4 +163,6 @@ def read_error(error: Failure, uri: str, protocol_version: str | None) -> MCPErr
     data = {"uri": uri, "reason": error.code.value}
     if error.code is FailureCode.NOT_FOUND:
         return MCPError(code=not_found_code(protocol_version), message=f"Resource not found: {uri}", data=data)
+    if error.message:  # why, for a client that shows `data` rather than the message (a capsule's file:line)
+        data["detail"] = error.message
     return MCPError(code=types.INTERNAL_ERROR, message=error.message or error.code.value, data=data)

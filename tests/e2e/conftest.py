@@ -27,7 +27,7 @@ def capsules(tmp_path_factory: pytest.TempPathFactory) -> Capsules:
     built = Capsules(root)
     for name in BUNDLED:
         built.folders[name] = clean_copy(CAPSULES_DIR / name, root / name)
-    for name in ("probe", "clash-a", "clash-b"):
+    for name in ("probe", "clash-a", "clash-b", "pythonic"):
         built.folders[name] = clean_copy(TEST_CAPSULES / name, root / name)
     for variant in MUTABLE_VARIANTS:
         folder = clean_copy(TEST_CAPSULES / "mutable", root / f"mutable-{variant}" / "mutable")

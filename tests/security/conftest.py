@@ -36,6 +36,14 @@ def hostile_wasm() -> Path:
 
 
 @pytest.fixture(scope="session")
+def hostile_wasi_wasm() -> Path:
+    """The hostile capsule linked to the host's WASI (its `wasi` mode)."""
+    path = hostile_wasm_path(stub_wasi=False)
+    CompileCache().precompile(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def trap_on_load_wasm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wat(HOSTILE_WAT / "trap_on_load.wat", tmp_path_factory.mktemp("wat") / "trap_on_load.wasm")
 

@@ -28,17 +28,21 @@ HOSTILE_WAT = HOSTILE / "wat"
 BUILD_TIMEOUT_S = 900
 
 
-def hostile_wasm_path() -> Path:
-    """The hostile component, built once per content hash of app.py, the WIT and componentize-py."""
+def hostile_wasm_path(*, stub_wasi: bool = True) -> Path:
+    """The hostile component, built once per content hash of app.py, the WIT and componentize-py.
+
+    `stub_wasi` (the default): built as capsules were before the host linked WASI (no WASI
+    imports at all), which must keep loading; False: linked to the host's WASI, as today's are."""
     digest = hashlib.sha256()
     for path in sorted([HOSTILE / "app.py", *WIT_DIR.rglob("*.wit")]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(componentize_py_version().encode())
-    cached = build_cache_dir() / f"hostile-{digest.hexdigest()[:32]}.wasm"
+    flags = ["-s"] if stub_wasi else []
+    cached = build_cache_dir() / f"hostile{'' if stub_wasi else '-wasi'}-{digest.hexdigest()[:32]}.wasm"
     if not cached.exists():
         tmp = cached.with_name(f"{cached.name}.{uuid.uuid4().hex}.tmp")
         subprocess.run(
-            [componentize_py(), "-d", str(WIT_DIR), "-w", CAPSULE_WORLD, "componentize", "-s",
+            [componentize_py(), "-d", str(WIT_DIR), "-w", CAPSULE_WORLD, "componentize", *flags,
              "-p", str(HOSTILE), "app", "-o", str(tmp)],
             check=True, capture_output=True, timeout=BUILD_TIMEOUT_S, cwd=str(HOSTILE),
         )  # fmt: skip

@@ -1,10 +1,12 @@
 """astrid_sdk: write resource-serving capsules in Python.
 
-Runs inside the WebAssembly guest (CPython 3.14 built by componentize-py with
-no WASI), so it uses the stdlib only and never the clock, files or
-randomness: use `ctx.clock_ms()` instead. `print()` and anything written to
-`sys.stdout` / `sys.stderr` go to the host's log (stdout at info, stderr at
-warn, bounded per call), as `ctx.log(message, level)` does.
+Runs inside the WebAssembly guest (CPython 3.14 built by componentize-py), so
+it uses the stdlib only. The sandbox offers clocks (1 ms resolution), random
+numbers and print, and no files, environment, sockets or processes: using one
+raises an exception naming what to use instead (`ctx.fs`, `ctx.config`,
+`ctx.http`; `_sandbox.py`). `print()` and anything written to `sys.stdout` /
+`sys.stderr` go to the host's log (stdout at info, stderr at warn, bounded per
+call), as `ctx.log(message, level)` does.
 
     from astrid_sdk import Capsule, NotFound
 
@@ -41,7 +43,9 @@ A refusal raises a `HostError` subclass: `NotGranted`, `Denied`,
 `InvalidArgument`.
 """
 
-from astrid_sdk import _output
+import sys
+
+from astrid_sdk import _output, _sandbox
 from astrid_sdk._capabilities import Entry, Response, Stat
 from astrid_sdk._capsule import Capsule
 from astrid_sdk._chunks import Chunk, blob, text
@@ -61,6 +65,9 @@ from astrid_sdk._errors import (
 from astrid_sdk._records import Annotations, Icon, Resource, ResourceTemplate
 from astrid_sdk._registry import Family, Template
 from astrid_sdk._template import UriTemplate
+
+if sys.platform == "wasi":  # inside the capsule only: the SDK also runs natively, in tests
+    _sandbox.install()
 
 __version__ = "1.0.0"
 

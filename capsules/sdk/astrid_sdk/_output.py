@@ -1,8 +1,9 @@
 """`print()` and `sys.stdout` / `sys.stderr` inside a capsule: lines in the host's log, never a trap.
 
-The guest has no WASI (`--stub-wasi`): writing to the interpreter's own
-stdout or stderr traps, and a trap discards the instance and loses the read.
-Inside the guest the SDK replaces `sys.stdout` and `sys.stderr` (and
+The host's WASI would take the interpreter's own stdout and stderr too (into
+the capsule's log), but without the per-call budget and line handling below,
+and a capsule built with `--stub-wasi` would trap. Inside the guest the SDK
+replaces `sys.stdout` and `sys.stderr` (and
 `sys.__stdout__`, `sys.__stderr__`) with streams that send each line to the
 `astrid:sys` `log` import, attributed to the capsule: stdout at `info`
 (visible with `astrid -v`), stderr at `warn` (so a `traceback.print_exc()`,
@@ -262,7 +263,7 @@ def install() -> None:
 
 def _no_source_files_when_serving() -> None:
     """`traceback.print_exc()` and `warnings.warn()` read source lines through `linecache`,
-    which opens and stats files: a trap once the component runs (no WASI). From the first
+    which opens and stats files: none exist once the component runs (a trap with `--stub-wasi`). From the first
     call on, linecache finds no file (tracebacks show no source text); the build keeps them."""
     import linecache
 

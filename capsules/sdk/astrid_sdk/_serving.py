@@ -60,7 +60,7 @@ from astrid_sdk._responses import (
     read_response_json,
     templates_response,
 )
-from astrid_sdk._site import describe_exception
+from astrid_sdk._site import definition_site, describe_exception
 
 if TYPE_CHECKING:
     from astrid_sdk._capsule import Capsule
@@ -294,11 +294,12 @@ class Server:
             return "continue", "not found"
         except DefinitionError as exc:
             name = getattr(target.handler, "__name__", "handler")
+            where = definition_site(target.handler)
             return self._fail(
                 host,
                 topic,
                 uri,
-                f"handler {name} {exc}" if str(exc).startswith("returned") else f"handler {name}: {exc}",
+                f"handler {name} {exc}{where}" if str(exc).startswith("returned") else f"handler {name}: {exc}{where}",
             )
         except Exception as exc:
             name = getattr(target.handler, "__name__", "handler")

@@ -88,6 +88,14 @@ def exception_site(exc: BaseException) -> str:
     return f" ({shown(code.co_filename)}:{chosen.tb_lineno} in {code.co_name})"
 
 
+def definition_site(function: object) -> str:
+    """` (app.py:12)`: where `function` is defined (its `def` line); "" when it has no code of its own."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return ""
+    return f" ({shown(code.co_filename)}:{code.co_firstlineno})"
+
+
 def describe_exception(exc: BaseException) -> str:
     """`ValueError: boom (app.py:12 in readme)` without reading any file.
 
@@ -96,4 +104,6 @@ def describe_exception(exc: BaseException) -> str:
     """
     where = exception_site(exc)
     message = str(exc)
+    if isinstance(exc, MemoryError) and not message:  # the store's memory limit said no to a grow
+        message = "exceeded the sandbox's memory limit (astrid's Limits.capsule_memory_bytes)"
     return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"

@@ -81,17 +81,38 @@ def test_a_broken_capsule_is_reported_by_name_and_the_others_still_load(make_pro
     assert [c.name for c in kernel.loaded()] == ["good"]
 
 
-def test_a_component_importing_wasi_is_refused(make_probe, tmp_path, component_cache_dir) -> None:
+def _importing(make_probe, tmp_path, instance: str, function: str) -> Path:
+    """A probe capsule whose component imports `function` (no arguments, returning a string list) of `instance`."""
     wat = tmp_path / "wasi.wat"
-    wat.write_text(
-        '(component (import "wasi:cli/environment@0.2.0" '
-        '(instance (export "get-arguments" (func (result (list string)))))))'
-    )
+    wat.write_text(f'(component (import "{instance}" (instance (export "{function}" (func (result (list string)))))))')
     folder = make_probe("wasi")
     subprocess.run([wasm_tools(), "parse", str(wat), "-o", str(folder / "probe.wasm")], check=True)
+    return folder
+
+
+def test_the_wasi_the_host_serves_may_be_imported(make_probe, tmp_path, component_cache_dir) -> None:
+    folder = _importing(make_probe, tmp_path, "wasi:cli/environment@0.2.0", "get-arguments")
     with pytest.raises(CapsuleLoadError) as caught:
         load_capsule(folder, CompileCache(component_cache_dir))
-    assert "wasi:cli/environment@0.2.0" in str(caught.value) and "--stub-wasi" in str(caught.value)
+    assert "does not export astrid-hook-trigger" in str(caught.value)  # past the import check
+
+
+@pytest.mark.parametrize(
+    ("instance", "function", "said"),
+    [
+        ("wasi:http/outgoing-handler@0.2.0", "handle", "wasi:http/outgoing-handler@0.2.0 (not offered to capsules)"),
+        ("wasi:cli/environment@0.2.10", "get-arguments", "this host serves WASI 0.2.9"),
+        ("wasi:cli/environment@0.3.0", "get-arguments", "this host serves WASI 0.2.9"),
+        ("wasi:cli/environment@0.2.0", "get-secrets", "get-secrets (not offered to capsules)"),
+    ],
+)
+def test_wasi_the_host_does_not_serve_is_refused_by_name(
+    make_probe, tmp_path, component_cache_dir, instance: str, function: str, said: str
+) -> None:
+    folder = _importing(make_probe, tmp_path, instance, function)
+    with pytest.raises(CapsuleLoadError) as caught:
+        load_capsule(folder, CompileCache(component_cache_dir))
+    assert said in str(caught.value) and "which the host does not provide" in str(caught.value)
 
 
 def test_second_load_comes_from_the_compile_cache(make_probe, tmp_path) -> None:
