@@ -18,18 +18,20 @@ from astrid.host.contract.topics import READ_REPLY_PREFIX, READ_REQUEST_TOPIC
 from astrid.host.kernel.sandbox import CallOutcome, CallStatus
 
 
-def why_unanswered(outcome: CallOutcome, handler: str, window_s: float) -> str:
-    """One line: how the call ended, and the handler it ran."""
+def why_unanswered(capsule: str, outcome: CallOutcome, handler: str, window_s: float) -> str:
+    """One line: the capsule, how its call ended, and the handler it ran."""
     if outcome.status is CallStatus.TIMED_OUT:
-        return f"handler {handler} ran past its {window_s:g} s read window and was stopped"
+        return f"capsule {capsule}: handler {handler} ran past its {window_s:g} s read window and was stopped"
     if outcome.status is CallStatus.QUARANTINED:
         return f"{outcome.error}; its log says why (astrid -v)"
     if outcome.status is CallStatus.TRAPPED:
-        return f"handler {handler} crashed: {outcome.error}"
-    return f"handler {handler} failed: {outcome.error}"
+        return f"capsule {capsule}: handler {handler} crashed: {outcome.error}"
+    return f"capsule {capsule}: handler {handler} failed: {outcome.error}"
 
 
-def failed_read_reply(message: Message, outcome: CallOutcome, handler: str, window_s: float) -> tuple[str, str] | None:
+def failed_read_reply(
+    capsule: str, message: Message, outcome: CallOutcome, handler: str, window_s: float
+) -> tuple[str, str] | None:
     """The reply topic and payload that answer a read request whose call ended as `outcome`; None for
     another request, or a request too broken to answer (the broker then says the capsule was silent)."""
     if message.topic != READ_REQUEST_TOPIC or outcome.ok:
@@ -43,6 +45,6 @@ def failed_read_reply(message: Message, outcome: CallOutcome, handler: str, wind
     uri, correlation_id = request.get("uri"), request.get("correlation_id")
     if not isinstance(uri, str) or not isinstance(correlation_id, str):
         return None
-    error = why_unanswered(outcome, handler, window_s)
+    error = why_unanswered(capsule, outcome, handler, window_s)
     payload = json.dumps({"uri": uri, "contents": [], "error": error}, separators=(",", ":"), ensure_ascii=False)
     return READ_REPLY_PREFIX + correlation_id, payload

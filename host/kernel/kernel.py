@@ -480,7 +480,7 @@ class Kernel:
             if outcome.ok:
                 log.debug("%s.%s -> %s (%.2f ms)", capsule.name, handler, outcome.action, outcome.seconds * 1000)
                 return
-            reply = failed_read_reply(message, outcome, handler, self.limits.call_wall_time_s)
+            reply = failed_read_reply(capsule.name, message, outcome, handler, self.limits.call_wall_time_s)
             if reply is not None:
                 try:
                     self.bus.publish(participant, *reply, message.principal)
