@@ -11,6 +11,7 @@ import click
 from astrid.cli.errors import UserError
 from astrid.cli.grant_cmd import capability_lines, grant_store, grants_option
 from astrid.cli.main import capsule
+from astrid.cli.output import counted
 
 MANIFEST_NAME = "Capsule.toml"
 _SEARCH_SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
@@ -89,7 +90,7 @@ def _look_deeper(path: Path, command: str) -> str:
     ranked = sorted(deeper.items(), key=lambda item: (len(item[0].parts), -len(item[1]), str(item[0])))
     places = "; ".join(shown(folder, names) for folder, names in ranked[:4])
     rest = len(ranked) - 4
-    more = f"; and {rest} more folder{'s' if rest > 1 else ''}" if rest > 0 else ""
+    more = f"; and {counted(rest, 'more folder')}" if rest > 0 else ""
     first = ranked[0][0]
     return f"capsules sit deeper: {places}{more}. Give one of these folders: `astrid capsule {command} {first}`"
 
@@ -184,7 +185,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
 
     folders = _capsule_folders(path) if path.is_dir() else [path]
     if out is not None and len(folders) > 1:
-        raise UserError(f"{path} holds {len(folders)} capsules: -o works with one capsule folder")
+        raise UserError(f"{path} holds {counted(len(folders), 'capsule')}: -o works with one capsule folder")
     for folder in folders:
         progress = _Progress(folder.resolve().name)
         try:

@@ -109,7 +109,7 @@ def _static_tokens(options: HttpOptions) -> tuple[Auth, str]:
     path = options.token_file or default_token_file()
     count = len(TokenStore(path).list())
     how = "add one with `astrid mcp token add NAME" + (f" --tokens {path}`" if options.token_file else "`")
-    detail = f"{count} tokens" if count else f"no tokens yet: {how}"
+    detail = output.counted(count, "token") if count else f"no tokens yet: {how}"
     return StaticTokens(path), f"auth: static tokens from {path} ({detail})"
 
 
@@ -117,9 +117,10 @@ def _limits_line(listener) -> str:
     limits, cap = listener.settings.limits, listener.guard.max_connections
     per_client = limits.connections_per_client
     line = (
-        f"limits: {cap} connections ({per_client or 'no cap'} per client address), "
-        f"{limits.sessions_per_principal} sessions and {limits.streams_per_principal} listen streams per user, "
-        f"{limits.requests_per_principal} requests in flight per user "
+        f"limits: {output.counted(cap, 'connection')} ({per_client or 'no cap'} per client address), "
+        f"{output.counted(limits.sessions_per_principal, 'session')} and "
+        f"{output.counted(limits.streams_per_principal, 'listen stream')} per user, "
+        f"{output.counted(limits.requests_per_principal, 'request')} in flight per user "
         "(--http-limit NAME=VALUE changes them)"
     )
     if cap < limits.connections:

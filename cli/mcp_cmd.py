@@ -422,7 +422,7 @@ def _workers_line(cluster) -> str:
     nats_pid = cluster.nats.pid if cluster.nats is not None else "?"
     return (
         f"--workers {count}: started nats-server (pid {nats_pid}) on {cluster.address}, loopback only, "
-        f"generated credentials; and {count} capsule host{'s' if count != 1 else ''} "
+        f"generated credentials; and {output.counted(count, 'capsule host')} "
         f"(`astrid host run`, pids {pids}), each running every capsule (replicas)"
     )
 
@@ -493,7 +493,7 @@ def _stopping(pending: int) -> None:
     if os.isatty(2):  # after the terminal's `^C`
         click.echo("", err=True)
     if pending:
-        waiting = f"{pending} request{'s' if pending != 1 else ''}"
+        waiting = output.counted(pending, "request")
         _say(f"Ctrl-C: answering the {waiting} already read, then stopping (Ctrl-C again to stop at once)")
     else:
         _say("Ctrl-C: stopping")
@@ -526,11 +526,13 @@ def ready_lines(hint: str) -> Callable[[Ready], None]:
         for failure in status.failures:
             _say(f"capsule {failure.folder} not loaded: {failure.error}")
         names = ", ".join(c.name for c in status.capsules) or "none"
-        line = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
+        line = f"ready in {status.seconds:.1f} s: {output.counted(len(status.capsules), 'capsule')} ({names})"
         if ready.capsules_elsewhere:  # --workers: the capsules run in them
             line = f"ready in {status.seconds:.1f} s: joined the capsule hosts"
         if ready.resources is not None:
-            line += f", {ready.resources} resources for principal {ready.principal!r}"
+            count = ready.resources  # a str says why it is unknown
+            shown = output.counted(count, "resource") if isinstance(count, int) else f"{count} resources"
+            line += f", {shown} for principal {ready.principal!r}"
         _say(line)
         for capsule_line in capsule_lines(status.capsules):
             _say(capsule_line)

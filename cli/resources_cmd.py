@@ -21,6 +21,7 @@ import click
 from astrid.cli.errors import UserError
 from astrid.cli.main import resources
 from astrid.cli.mcp_cmd import capsules_option, make_runtime, principal_option
+from astrid.cli.output import counted
 
 if TYPE_CHECKING:
     from astrid.host.contract.outcomes import FailureCode
@@ -162,7 +163,8 @@ def resources_list(capsule_dirs: tuple[Path, ...], principal: str | None, as_jso
             click.echo(json.dumps(records, indent=2, ensure_ascii=False))
             return
         if not listed:
-            click.echo(f"no resources for {runtime.principal!r} ({len(runtime.status.capsules)} capsules loaded)")
+            loaded = counted(len(runtime.status.capsules), "capsule")
+            click.echo(f"no resources for {runtime.principal!r} ({loaded} loaded)")
             return
         rows = [
             [r.uri, r.name, r.mime_type or "-", str(r.size) if r.size is not None else "-", r.title or ""]
@@ -222,8 +224,8 @@ def resources_templates(capsule_dirs: tuple[Path, ...], principal: str | None, a
             click.echo(json.dumps(records, indent=2, ensure_ascii=False))
             return
         if not listed:
-            loaded = len(runtime.status.capsules)
-            click.echo(f"no resource templates for {runtime.principal!r} ({loaded} capsules loaded)")
+            loaded = counted(len(runtime.status.capsules), "capsule")
+            click.echo(f"no resource templates for {runtime.principal!r} ({loaded} loaded)")
             return
         rows = [
             [t.uri_template, t.name, t.mime_type or "-", _owner_name(owners.get(t.uri_template)), t.title or ""]
@@ -292,7 +294,8 @@ def resources_complete(
         click.echo(value)
     if outcome.has_more:
         total = f" of {outcome.total}" if outcome.total is not None else ""
-        click.echo(f"(the first {len(outcome.values)}{total} values; type more of {argument} to narrow)", err=True)
+        first = counted(len(outcome.values), "value")
+        click.echo(f"(the first {first}{total}; type more of {argument} to narrow)", err=True)
 
 
 def _completion_hint(code: FailureCode) -> str:
