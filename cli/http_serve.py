@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from astrid.cli import output
+from astrid.cli.connect_hint import http_config_command
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
     INTERRUPTED_EXIT,
@@ -180,7 +181,7 @@ def serve_http(
             _say(RESOURCE_TOOLS_LINE)
         for line in observing.lines(served.start_telemetry()):
             _say(line)
-        hint = f"connect a client: `astrid mcp config --http {served.url}` prints an entry"
+        hint = f"connect a client: `{http_config_command(served.url)}` prints an entry"
         served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
         serving()
         interrupted = served.run()

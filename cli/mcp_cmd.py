@@ -33,6 +33,7 @@ from astrid.cli.config_file import (
     load_config,
     serving_config,
 )
+from astrid.cli.connect_hint import config_command
 from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
@@ -467,12 +468,18 @@ def _serve_stdio(
             _say(RESOURCE_TOOLS_LINE)
         for line in observing.lines(served.start_telemetry()):
             _say(line)
-        hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
+        entry = config_command(capsule_dirs, principal, resource_tools)
+        hint = f"connect a client: `{entry}` prints a Claude Desktop entry for this server"
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
         served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
         serving()
         stopped = served.run()
+    if not stopped and not terminal and served.server.messages_read == 0:  # e.g. `make serve </dev/null`
+        _say(
+            f"stdin ended before any request: an MCP client starts this server and talks on its stdin; `{entry}` "
+            "prints the client's entry"
+        )
     if stopped:
         _say("stopped")
         sys.exit(INTERRUPTED_EXIT)
