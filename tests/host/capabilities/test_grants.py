@@ -119,8 +119,8 @@ def test_an_asked_port_must_match_the_grant() -> None:
     assert covered("api.example.com", parse_http_grant("api.example.com:8443"))
     assert covered("api.example.com:443", parse_http_grant("api.example.com"))
     assert not covered("api.example.com:8443", parse_http_grant("api.example.com"))
-    assert covered("127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
-    assert not covered("127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert covered("http://127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert not covered("http://127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
 
 
 def test_the_manifest_may_name_the_scheme_in_the_spelling_the_grant_uses() -> None:
@@ -129,6 +129,9 @@ def test_the_manifest_may_name_the_scheme_in_the_spelling_the_grant_uses() -> No
     assert asked.specs() == ["http:http://127.0.0.1:8765"]  # what `capsule list -v` tells the operator to grant
     assert covered("http://127.0.0.1:8765", parse_http_grant("http://127.0.0.1:8765"))
     assert not covered("http://127.0.0.1:8765", parse_http_grant("127.0.0.1:8765"))  # https: not what is asked
+    # ... and no scheme is https in the manifest as in the grant: a plain-http grant does not serve it
+    assert not covered("127.0.0.1:8765", parse_http_grant("http://127.0.0.1:8765"))
+    assert covered("127.0.0.1:8765", parse_http_grant("127.0.0.1:8765"))
     with pytest.raises(ValueError, match="HOST"):
         asks(http=["http://127.0.0.1:8765/path"])
 
