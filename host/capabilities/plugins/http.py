@@ -100,8 +100,11 @@ class Http(Capability[tuple[str, ...], tuple[HttpGrant, ...]]):
                 continue
             line = f"http {entry}: not granted (astrid capsule grant {capsule} http:{entry})"
             other = [g.text() for g in granted if covered(entry, replace(g, scheme=_OTHER_SCHEME[g.scheme]))]
-            if other:  # granted in the other scheme: which one the capsule fetches decides the fix
-                line += f"; the grant {', '.join(other)} is another scheme, so it does not serve this entry"
+            if other:  # the other scheme is granted: the manifest must say which one the capsule fetches
+                scheme = parse_http_grant(entry).scheme
+                line += f"; {', '.join(other)} is granted, but this entry asks for {scheme}"
+                if scheme == "https":
+                    line += " (an entry without http:// is https; write http:// in Capsule.toml for plain http)"
             lines.append(line)
         return lines
 

@@ -202,3 +202,14 @@ def test_unbound_grants_are_adopted_once_by_the_first_capsule_that_claims_them(t
     assert store.for_capsule("files", "folder:/a").of(KV) and store.for_capsule("files", "folder:/b").empty()
     assert not store.adopt("nobody", "folder:/a")
     assert json.loads((tmp_path / "grants.json").read_text())["capsules"]["files"]["identity"] == "folder:/a"
+
+
+def test_list_v_says_when_only_a_grant_of_the_other_scheme_is_there() -> None:
+    lines = HTTP.explain("weather", ("127.0.0.1:8765",), (parse_http_grant("http://127.0.0.1:8765"),))
+    assert lines == [
+        "http 127.0.0.1:8765: not granted (astrid capsule grant weather http:127.0.0.1:8765); "
+        "http://127.0.0.1:8765 is granted, but this entry asks for https "
+        "(an entry without http:// is https; write http:// in Capsule.toml for plain http)"
+    ]
+    plain = HTTP.explain("weather", ("http://127.0.0.1:8765",), (parse_http_grant("127.0.0.1:8765"),))
+    assert plain[0].endswith("; 127.0.0.1:8765 is granted, but this entry asks for http")
