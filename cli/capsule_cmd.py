@@ -252,7 +252,7 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
 def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | None) -> None:
     """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load.
 
-    Without PATHS: the current folder when it holds capsules, else the capsule home.
+    Without PATHS: the capsule home (what `astrid mcp serve` serves); `astrid capsule list .` lists the current folder.
     """
     from astrid.host.capsule.discovery import discover_capsules, stale_component
     from astrid.host.capsule.manifest import ManifestError, load_manifest
@@ -274,18 +274,17 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
                 f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}{deeper}; installed "
                 f"capsules are in {home}"
             )
-    else:
-        folders = discover_capsules([Path(".")])
-        if folders:
-            click.echo(f"listing the current folder (the capsule home is {home})")
-        else:
-            folders = discover_capsules([home]) if home.is_dir() else []
-            if not folders:
-                raise UserError(
-                    f"no capsules (folders with {MANIFEST_NAME}) in the current folder, nor in the capsule home "
-                    f"{home}; {_look_deeper(Path('.'), 'list')}"
-                )
-            click.echo(f"listing the capsule home {home} (the current folder holds no capsule)")
+    else:  # the capsule home, as `astrid mcp serve` serves it; the current folder is `list .`
+        folders = discover_capsules([home]) if home.is_dir() else []
+        here = bool(discover_capsules([Path(".")]))
+        if not folders:
+            if here:
+                elsewhere = "; the current folder holds some: `astrid capsule list .`"
+            else:
+                elsewhere = f", nor in the current folder; {_look_deeper(Path('.'), 'list')}"
+            raise UserError(f"no capsules (folders with {MANIFEST_NAME}) in the capsule home {home}{elsewhere}")
+        also = "; the current folder's: `astrid capsule list .`" if here else ""
+        click.echo(f"listing the capsule home {home} (what `astrid mcp serve` serves{also})")
     checker = CapsuleChecker()  # the compile cache and trust vetter a server uses
     failures = 0
     for folder in folders:
