@@ -11,6 +11,7 @@ import click
 from astrid.cli.errors import UserError
 from astrid.cli.grant_cmd import capability_lines, grant_store, grants_option
 from astrid.cli.main import capsule
+from astrid.cli.output import counted
 
 MANIFEST_NAME = "Capsule.toml"
 _SEARCH_SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
@@ -89,7 +90,7 @@ def _look_deeper(path: Path, command: str) -> str:
     ranked = sorted(deeper.items(), key=lambda item: (len(item[0].parts), -len(item[1]), str(item[0])))
     places = "; ".join(shown(folder, names) for folder, names in ranked[:4])
     rest = len(ranked) - 4
-    more = f"; and {rest} more folder{'s' if rest > 1 else ''}" if rest > 0 else ""
+    more = f"; and {counted(rest, 'more folder')}" if rest > 0 else ""
     first = ranked[0][0]
     return f"capsules sit deeper: {places}{more}. Give one of these folders: `astrid capsule {command} {first}`"
 
@@ -184,7 +185,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
 
     folders = _capsule_folders(path) if path.is_dir() else [path]
     if out is not None and len(folders) > 1:
-        raise UserError(f"{path} holds {len(folders)} capsules: -o works with one capsule folder")
+        raise UserError(f"{path} holds {counted(len(folders), 'capsule')}: -o works with one capsule folder")
     for folder in folders:
         progress = _Progress(folder.resolve().name)
         try:
@@ -251,7 +252,7 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
 def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | None) -> None:
     """Show the capsules found in PATHS (a capsule folder or a parent of many) and whether they load.
 
-    Without PATHS: the current folder when it holds capsules, else the capsule home.
+    Without PATHS: the capsule home (what `astrid mcp serve` serves); `astrid capsule list .` lists the current folder.
     """
     from astrid.host.capsule.discovery import discover_capsules, stale_component
     from astrid.host.capsule.manifest import ManifestError, load_manifest
@@ -273,18 +274,17 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
                 f"no capsules (folders with {MANIFEST_NAME}) in {', '.join(map(str, roots))}{deeper}; installed "
                 f"capsules are in {home}"
             )
-    else:
-        folders = discover_capsules([Path(".")])
-        if folders:
-            click.echo(f"listing the current folder (the capsule home is {home})")
-        else:
-            folders = discover_capsules([home]) if home.is_dir() else []
-            if not folders:
-                raise UserError(
-                    f"no capsules (folders with {MANIFEST_NAME}) in the current folder, nor in the capsule home "
-                    f"{home}; {_look_deeper(Path('.'), 'list')}"
-                )
-            click.echo(f"listing the capsule home {home} (the current folder holds no capsule)")
+    else:  # the capsule home, as `astrid mcp serve` serves it; the current folder is `list .`
+        folders = discover_capsules([home]) if home.is_dir() else []
+        here = bool(discover_capsules([Path(".")]))
+        if not folders:
+            if here:
+                elsewhere = "; the current folder holds some: `astrid capsule list .`"
+            else:
+                elsewhere = f", nor in the current folder; {_look_deeper(Path('.'), 'list')}"
+            raise UserError(f"no capsules (folders with {MANIFEST_NAME}) in the capsule home {home}{elsewhere}")
+        also = "; the current folder's: `astrid capsule list .`" if here else ""
+        click.echo(f"listing the capsule home {home} (what `astrid mcp serve` serves{also})")
     checker = CapsuleChecker()  # the compile cache and trust vetter a server uses
     failures = 0
     for folder in folders:

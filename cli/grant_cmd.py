@@ -53,17 +53,16 @@ def _say(message: str) -> None:
     click.echo(f"astrid: {message}", err=True)
 
 
+def _capsule_option(help_text: str) -> Callable:
+    return click.option(
+        "--capsules", "capsule_dirs", multiple=True, type=click.Path(path_type=Path), metavar="PATH", help=help_text
+    )
+
+
 @capsule.command("grant", epilog=SPEC_HELP)
 @click.argument("name")
 @click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
-@click.option(
-    "--capsules",
-    "capsule_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    metavar="PATH",
-    help="Where to find capsule NAME besides the capsule home (a capsule folder or a parent of many).",
-)
+@_capsule_option("Where to find capsule NAME besides the capsule home (a capsule folder or a parent of many).")
 @grants_option
 def capsule_grant(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, ...], grants_file: Path | None) -> None:
     """Let capsule NAME use what SPEC names, when its manifest asks for it.
@@ -264,15 +263,45 @@ def _entry_lines(entry: dict[str, Any]) -> list[str]:
 @capsule.command("revoke", epilog="SPEC is fs:MOUNT, kv, http:HOST[:PORT], bus:request, or all.")
 @click.argument("name")
 @click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
+@_capsule_option(
+    "Where to find capsule NAME besides the capsule home (as for grant): nothing is revoked unless the grants "
+    "of NAME belong to the capsule found there."
+)
 @grants_option
-def capsule_revoke(name: str, specs: tuple[str, ...], grants_file: Path | None) -> None:
-    """Take back what SPEC names from capsule NAME."""
+def capsule_revoke(name: str, specs: tuple[str, ...], capsule_dirs: tuple[Path, ...], grants_file: Path | None) -> None:
+    """Take back what SPEC names from capsule NAME.
+
+    The grants of NAME belong to one capsule's identity; with --capsules, only
+    when that is the capsule found under NAME there.
+    """
     store = grant_store(grants_file)
+    if capsule_dirs:
+        _say(f"the grants of {name} belong to {_owner_found(store, name, capsule_dirs)}")
     for spec in specs:
         if store.revoke(name, spec):
             _say(f"revoked {spec} from {name}; a running server refuses it from the next call")
         else:
             _say(f"{name} held no grant {spec}; nothing changed")
+
+
+def _owner_found(store: Any, name: str, capsule_dirs: tuple[Path, ...]) -> str:
+    """Who the capsule named `name` under `capsule_dirs` is, when the grants of `name` are its own;
+    else the one-line error of a revoke that would take them from another capsule."""
+    from astrid.cli.errors import UserError
+
+    identity, label = _identity_of(name, capsule_dirs)
+    if identity is None:
+        raise UserError(
+            f"no capsule named {name} in the --capsules paths or the capsule home: nothing revoked "
+            f"(without --capsules, `astrid capsule revoke {name} ...` revokes whatever is granted under that name)"
+        )
+    bound = store.all().get(name)
+    if bound is not None and bound.identity not in (None, identity):
+        raise UserError(
+            f"the grants of {name} belong to another capsule of that name ({bound.identity}), not to {label}: "
+            "nothing revoked (without --capsules, revoke takes them from the one they belong to)"
+        )
+    return label
 
 
 def capability_lines(name: str, asked: Any, granted: Any, bus: Any = None) -> list[str]:

@@ -14,7 +14,7 @@ import click
 HELP: dict[str, tuple[str, tuple[str, ...]]] = {
     "mcp": ("Serve capsule resources to MCP clients.", ()),
     "capsule": ("Create, build, install and inspect capsules.", ()),
-    "resources": ("List and read resources without a client.", ()),
+    "resources": ("List, read and complete resources without a client.", ()),
     "host": ("Capsule hosts on other machines (NATS).", ()),
     "key": ("Your capsule signing keys.", ()),
     "trust": ("Trusted publishers and their namespaces.", ()),
@@ -64,6 +64,11 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
     "capsule remove": ("Remove an installed capsule.", ("astrid capsule remove notes",)),
     "resources list": ("List the resources a user sees.", ("astrid resources list --capsules ./notes",)),
     "resources read": ("Read one resource.", ("astrid resources read astrid://notes/hello --capsules ./notes",)),
+    "resources templates": ("List the templates a user sees.", ("astrid resources templates --capsules ./files",)),
+    "resources complete": (
+        "Complete a template's variable, as a client would.",
+        ("astrid resources complete 'astrid://files/{+path}' path notes/ --capsules ./files",),
+    ),
     "host run": (
         "Run capsules for a server elsewhere, over NATS.",
         ("astrid host run --bus nats://nats.example.com:4222 --capsules ./notes",),

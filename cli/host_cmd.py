@@ -84,7 +84,7 @@ def host_run(
             output.say(f"capsule {failure.folder} not loaded: {failure.error}", level="error")
         shown = bus_url.split("@")[-1]
         names = ", ".join(capsule.name for capsule in status.capsules) or "none"
-        output.say(f"hosting {len(status.capsules)} capsules ({names}) on {shown}")
+        output.say(f"hosting {output.counted(len(status.capsules), 'capsule')} ({names}) on {shown}")
         for line in capsule_lines(status.capsules):
             output.say(line)
         if hosting.watching_folders:

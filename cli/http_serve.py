@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from astrid.cli import output
+from astrid.cli.connect_hint import http_config_command
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
     INTERRUPTED_EXIT,
@@ -109,7 +110,7 @@ def _static_tokens(options: HttpOptions) -> tuple[Auth, str]:
     path = options.token_file or default_token_file()
     count = len(TokenStore(path).list())
     how = "add one with `astrid mcp token add NAME" + (f" --tokens {path}`" if options.token_file else "`")
-    detail = f"{count} tokens" if count else f"no tokens yet: {how}"
+    detail = output.counted(count, "token") if count else f"no tokens yet: {how}"
     return StaticTokens(path), f"auth: static tokens from {path} ({detail})"
 
 
@@ -117,9 +118,10 @@ def _limits_line(listener) -> str:
     limits, cap = listener.settings.limits, listener.guard.max_connections
     per_client = limits.connections_per_client
     line = (
-        f"limits: {cap} connections ({per_client or 'no cap'} per client address), "
-        f"{limits.sessions_per_principal} sessions and {limits.streams_per_principal} listen streams per user, "
-        f"{limits.requests_per_principal} requests in flight per user "
+        f"limits: {output.counted(cap, 'connection')} ({per_client or 'no cap'} per client address), "
+        f"{output.counted(limits.sessions_per_principal, 'session')} and "
+        f"{output.counted(limits.streams_per_principal, 'listen stream')} per user, "
+        f"{output.counted(limits.requests_per_principal, 'request')} in flight per user "
         "(--http-limit NAME=VALUE changes them)"
     )
     if cap < limits.connections:
@@ -179,7 +181,7 @@ def serve_http(
             _say(RESOURCE_TOOLS_LINE)
         for line in observing.lines(served.start_telemetry()):
             _say(line)
-        hint = f"connect a client: `astrid mcp config --http {served.url}` prints an entry"
+        hint = f"connect a client: `{http_config_command(served.url)}` prints an entry"
         served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
         serving()
         interrupted = served.run()

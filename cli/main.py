@@ -87,7 +87,7 @@ def capsule() -> None:
 
 @cli.group()
 def resources() -> None:
-    """List and read resources without an MCP client (for debugging capsules)."""
+    """List, read and complete resources without an MCP client (for debugging capsules)."""
 
 
 @cli.group()

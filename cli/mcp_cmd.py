@@ -33,6 +33,7 @@ from astrid.cli.config_file import (
     load_config,
     serving_config,
 )
+from astrid.cli.connect_hint import config_command
 from astrid.cli.errors import UserError
 from astrid.cli.http_limits import limit_names
 from astrid.cli.main import mcp
@@ -422,7 +423,7 @@ def _workers_line(cluster) -> str:
     nats_pid = cluster.nats.pid if cluster.nats is not None else "?"
     return (
         f"--workers {count}: started nats-server (pid {nats_pid}) on {cluster.address}, loopback only, "
-        f"generated credentials; and {count} capsule host{'s' if count != 1 else ''} "
+        f"generated credentials; and {output.counted(count, 'capsule host')} "
         f"(`astrid host run`, pids {pids}), each running every capsule (replicas)"
     )
 
@@ -467,12 +468,18 @@ def _serve_stdio(
             _say(RESOURCE_TOOLS_LINE)
         for line in observing.lines(served.start_telemetry()):
             _say(line)
-        hint = "connect a client: `astrid mcp config` prints a Claude Desktop entry"
+        entry = config_command(capsule_dirs, principal, resource_tools)
+        hint = f"connect a client: `{entry}` prints a Claude Desktop entry for this server"
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
         served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
         serving()
         stopped = served.run()
+    if not stopped and not terminal and served.server.messages_read == 0:  # e.g. `make serve </dev/null`
+        _say(
+            f"stdin ended before any request: an MCP client starts this server and talks on its stdin; `{entry}` "
+            "prints the client's entry"
+        )
     if stopped:
         _say("stopped")
         sys.exit(INTERRUPTED_EXIT)
@@ -493,7 +500,7 @@ def _stopping(pending: int) -> None:
     if os.isatty(2):  # after the terminal's `^C`
         click.echo("", err=True)
     if pending:
-        waiting = f"{pending} request{'s' if pending != 1 else ''}"
+        waiting = output.counted(pending, "request")
         _say(f"Ctrl-C: answering the {waiting} already read, then stopping (Ctrl-C again to stop at once)")
     else:
         _say("Ctrl-C: stopping")
@@ -526,11 +533,13 @@ def ready_lines(hint: str) -> Callable[[Ready], None]:
         for failure in status.failures:
             _say(f"capsule {failure.folder} not loaded: {failure.error}")
         names = ", ".join(c.name for c in status.capsules) or "none"
-        line = f"ready in {status.seconds:.1f} s: {len(status.capsules)} capsules ({names})"
+        line = f"ready in {status.seconds:.1f} s: {output.counted(len(status.capsules), 'capsule')} ({names})"
         if ready.capsules_elsewhere:  # --workers: the capsules run in them
             line = f"ready in {status.seconds:.1f} s: joined the capsule hosts"
         if ready.resources is not None:
-            line += f", {ready.resources} resources for principal {ready.principal!r}"
+            count = ready.resources  # a str says why it is unknown
+            shown = output.counted(count, "resource") if isinstance(count, int) else f"{count} resources"
+            line += f", {shown} for principal {ready.principal!r}"
         _say(line)
         for capsule_line in capsule_lines(status.capsules):
             _say(capsule_line)

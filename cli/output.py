@@ -57,3 +57,12 @@ def formatter(text_format: str) -> logging.Formatter:
 
         return JsonFormatter()
     return logging.Formatter(text_format)
+
+
+def counted(number: float, thing: str, things: str | None = None) -> str:
+    """`1 capsule`, `0 capsules`, `2 capsules`: a count and its noun, singular for exactly one only.
+
+    `things` is the plural when it is not `thing` + "s" (`counted(n, "sandbox", "sandboxes")`);
+    a float (a metric) is shown rounded, with thousands separators."""
+    shown = f"{number:,.0f}" if isinstance(number, float) else str(number)
+    return f"{shown} {thing if number == 1 else things or thing + 's'}"

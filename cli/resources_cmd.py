@@ -1,4 +1,4 @@
-"""`astrid resources ...`: list and read as an MCP client would, without one.
+"""`astrid resources ...`: list, read, templates and complete as an MCP client would, without one.
 
 Runs the same kernel, broker and front doors in-process as `astrid mcp serve`
 (`astrid.host.runtime.Runtime`), so what you see here is what a client
@@ -21,6 +21,7 @@ import click
 from astrid.cli.errors import UserError
 from astrid.cli.main import resources
 from astrid.cli.mcp_cmd import capsules_option, make_runtime, principal_option
+from astrid.cli.output import counted
 
 if TYPE_CHECKING:
     from astrid.host.contract.outcomes import FailureCode
@@ -162,7 +163,8 @@ def resources_list(capsule_dirs: tuple[Path, ...], principal: str | None, as_jso
             click.echo(json.dumps(records, indent=2, ensure_ascii=False))
             return
         if not listed:
-            click.echo(f"no resources for {runtime.principal!r} ({len(runtime.status.capsules)} capsules loaded)")
+            loaded = counted(len(runtime.status.capsules), "capsule")
+            click.echo(f"no resources for {runtime.principal!r} ({loaded} loaded)")
             return
         rows = [
             [r.uri, r.name, r.mime_type or "-", str(r.size) if r.size is not None else "-", r.title or ""]
@@ -201,3 +203,105 @@ def resources_read(uri: str, capsule_dirs: tuple[Path, ...], principal: str | No
         else:
             size = len(base64.b64decode(chunk.blob))
             click.echo(f"[blob {chunk.uri}: {chunk.mime_type or 'unknown type'}, {size} bytes; use --json to get it]")
+
+
+@resources.command("templates")
+@capsules_option
+@principal_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON array for scripts: the bus records, each with the `capsule` serving it (as `list --json`).",
+)
+def resources_templates(capsule_dirs: tuple[Path, ...], principal: str | None, as_json: bool) -> None:
+    """List the resource templates a principal sees, and the capsule serving each."""
+    with _started(capsule_dirs, principal) as runtime:
+        listed = _call(runtime.list_templates)
+        owners = runtime.template_owners()
+        if as_json:
+            records = [{**t.to_wire(), "capsule": _capsule_record(owners.get(t.uri_template))} for t in listed]
+            click.echo(json.dumps(records, indent=2, ensure_ascii=False))
+            return
+        if not listed:
+            loaded = counted(len(runtime.status.capsules), "capsule")
+            click.echo(f"no resource templates for {runtime.principal!r} ({loaded} loaded)")
+            return
+        rows = [
+            [t.uri_template, t.name, t.mime_type or "-", _owner_name(owners.get(t.uri_template)), t.title or ""]
+            for t in listed
+        ]
+        click.echo(_table(rows, ["TEMPLATE", "NAME", "MIME", "CAPSULE", "TITLE"]))
+
+
+def _owner_name(owner) -> str:
+    return owner.name if owner is not None else "-"
+
+
+def _context(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--context NAME=VALUE` options as a dict (the template's other variables, already given)."""
+    context: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise UserError(f"--context {pair!r}: write NAME=VALUE, a variable of the template and its value")
+        context[name] = value
+    return context
+
+
+@resources.command("complete")
+@click.argument("uri_template")
+@click.argument("argument")
+@click.argument("prefix", required=False, default="")
+@click.option(
+    "--context",
+    "context_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A value already given for another variable of the template (repeatable), as a client sends it.",
+)
+@capsules_option
+@principal_option
+@click.option("--json", "as_json", is_flag=True, help="Print {values, total, has_more} as JSON for scripts.")
+def resources_complete(
+    uri_template: str,
+    argument: str,
+    prefix: str,
+    context_pairs: tuple[str, ...],
+    capsule_dirs: tuple[Path, ...],
+    principal: str | None,
+    as_json: bool,
+) -> None:
+    """Ask the capsule serving URI_TEMPLATE to complete its variable ARGUMENT from PREFIX (default: empty).
+
+    Prints the values one per line, as an MCP client's completion/complete gets them.
+    """
+    context = _context(context_pairs)
+    with _held_capsule_logs() as held:
+        with _started(capsule_dirs, principal) as runtime:
+            outcome = _call(runtime.complete, uri_template, argument, prefix, context)
+    if outcome.error is not None:
+        hint = _completion_hint(outcome.error.code)
+        message = _one_line(outcome.error.message)
+        raise UserError(f"{outcome.error.code.value}: {message}" + (f" ({hint})" if hint else ""))
+    if held is not None:
+        held.release()
+    if as_json:
+        answer = {"values": list(outcome.values), "total": outcome.total, "has_more": outcome.has_more}
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        return
+    for value in outcome.values:
+        click.echo(value)
+    if outcome.has_more:
+        total = f" of {outcome.total}" if outcome.total is not None else ""
+        first = counted(len(outcome.values), "value")
+        click.echo(f"(the first {first}{total}; type more of {argument} to narrow)", err=True)
+
+
+def _completion_hint(code: FailureCode) -> str:
+    """What to do about a failed completion: the template and its variable come from `resources templates`."""
+    from astrid.host.contract import outcomes  # lazy: keeps `astrid --help` quick
+
+    if code in (outcomes.FailureCode.NOT_FOUND, outcomes.FailureCode.INVALID_REQUEST):
+        return "check the template and its variable against `astrid resources templates`"
+    return _hint(code)

@@ -21,6 +21,7 @@ from astrid.cli.config_file import explicit_config_file, load_config
 from astrid.cli.errors import UserError
 from astrid.cli.main import cli
 from astrid.cli.observe import DEFAULT_METRICS_PORT
+from astrid.cli.output import counted
 
 MAX_BYTES = 8 << 20
 
@@ -140,7 +141,8 @@ def summary(first: Scrape, second: Scrape, url: str) -> list[str]:
     quarantined = second.total("astrid_sandboxes_quarantined")
     if capsules is not None:
         lines.append(
-            f"capsules:   {_count(capsules)} loaded, {_count(live)} sandboxes live, {_count(quarantined)} quarantined"
+            f"capsules:   {_count(capsules)} loaded, {counted(live or 0.0, 'sandbox', 'sandboxes')} live, "
+            f"{_count(quarantined)} quarantined"
         )
     hosts = second.by("astrid_nats_hosts", "role")
     if hosts:
@@ -151,8 +153,8 @@ def summary(first: Scrape, second: Scrape, url: str) -> list[str]:
     sessions = second.total("astrid_sessions")
     streams = second.total("astrid_listen_streams")
     lines.append(
-        f"principals: {_count(principals)} served, {_count(sessions)} sessions open, "
-        f"{_count(streams)} listen streams open"
+        f"principals: {_count(principals)} served, {counted(sessions or 0.0, 'session')} open, "
+        f"{counted(streams or 0.0, 'listen stream')} open"
     )
 
     total_now = second.total("astrid_requests_total") or 0.0

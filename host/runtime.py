@@ -33,8 +33,9 @@ from astrid.host.broker.client import BrokerClient
 from astrid.host.bus import Bus, Dispatcher, Participant, Principal
 from astrid.host.capsule.provenance import Provenance
 from astrid.host.contract.local_replies import NO_LOCAL_REPLIES
-from astrid.host.contract.outcomes import ReadOutcome
+from astrid.host.contract.outcomes import CompletionOutcome, ReadOutcome
 from astrid.host.contract.resource import ResourceDefinition
+from astrid.host.contract.template import ResourceTemplate
 from astrid.host.contract.topics import (
     BROKER,
     CAPSULES_LOADED_TOPIC,
@@ -525,13 +526,32 @@ class Runtime:
         """uri -> the capsule serving it, for the default principal's resources (the CLI's view)."""
         if self.broker is None or self.principal is None:
             return {}
-        snapshot = self.broker.listings.snapshot(Principal.verified(self.principal))
-        by_source = {capsule.source_id: capsule for capsule in self.status.capsules}
-        return {uri: by_source[source] for uri, source in snapshot.owners.items() if source in by_source}
+        return self._summaries(self.broker.listings.snapshot(Principal.verified(self.principal)).owners)
 
     def read_resource(self, uri: str) -> ReadOutcome:
         """A read as the default principal (the CLI's view), waited for."""
         return self._default_client().read(uri).result()
+
+    def list_templates(self, *, refresh: bool = False) -> list[ResourceTemplate]:
+        """The default principal's resource templates (the CLI's view)."""
+        return self._default_client().list_templates(refresh=refresh)
+
+    def template_owners(self) -> dict[str, CapsuleSummary]:
+        """uri_template -> the capsule serving it, for the default principal's templates (the CLI's view)."""
+        if self.broker is None or self.principal is None:
+            return {}
+        return self._summaries(self.broker.listings.template_snapshot(Principal.verified(self.principal)).owners)
+
+    def complete(
+        self, uri_template: str, argument: str, prefix: str, context: Mapping[str, str] | None = None
+    ) -> CompletionOutcome:
+        """A completion as the default principal (the CLI's view): values of `argument` starting with `prefix`."""
+        return self._default_client().complete(uri_template, argument, prefix, dict(context or {}))
+
+    def _summaries(self, owners: Mapping[str, str]) -> dict[str, CapsuleSummary]:
+        """key -> the loaded capsule of its owning source-id (owners not loaded here are left out)."""
+        by_source = {capsule.source_id: capsule for capsule in self.status.capsules}
+        return {key: by_source[source] for key, source in owners.items() if source in by_source}
 
 
 # -- what the server says while it runs (`astrid.events`) ---------------------------------

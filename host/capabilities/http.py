@@ -77,6 +77,13 @@ def parse_http_grant(spec: str) -> HttpGrant:
     return HttpGrant(scheme, host, port)
 
 
+def asks_for(entry: str, scheme: str, host: str, port: int) -> bool:
+    """Does the manifest's `http` entry ask for this scheme, host and port? The one reading of its
+    spelling, as a grant's: the scheme it names (none: https), the host, the port it names (none: any)."""
+    asked = parse_http_grant(entry)
+    return asked.scheme == scheme and asked.host == host and asked.port in (None, port)
+
+
 def _host_port(text: str, spec: str) -> tuple[str, int | None]:
     port_text = None
     if text.startswith("["):
@@ -110,10 +117,18 @@ class HttpResponse:
 class HttpGateway:
     """One capsule's outbound HTTP under its grants."""
 
-    def __init__(self, capsule: str, grants: Sequence[HttpGrant], *, resolve: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        capsule: str,
+        grants: Sequence[HttpGrant],
+        *,
+        resolve: Resolver | None = None,
+        asked: Sequence[str] | None = None,
+    ) -> None:
         self.capsule = capsule
         self.grants = tuple(grants)
         self.resolve = resolve or _system_resolve
+        self.asked = tuple(asked) if asked is not None else None  # the manifest's entries: a refusal names the fix
 
     def fetch(
         self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes | None, timeout_s: float
@@ -186,6 +201,14 @@ class HttpGateway:
     def _denied(self, scheme: str, host: str, port: int) -> str:
         wanted = HttpGrant(scheme, host, None if port == DEFAULT_PORTS[scheme] else port).text()
         command = f"astrid capsule grant {self.capsule} http:{wanted}"
+        if self.asked is not None and not any(asks_for(entry, scheme, host, port) for entry in self.asked):
+            # A grant would not help: the capsule's own manifest must ask first (no scheme there is https).
+            asked = ", ".join(f'"{entry}"' for entry in self.asked)
+            return (
+                f"no http grant for {scheme}://{host}:{port}, and Capsule.toml does not ask for it "
+                f'([capabilities] http = [{asked}]; an entry without http:// is https): add "{wanted}" there, '
+                f"then the operator runs `{command}`"
+            )
         return f"no http grant for {scheme}://{host}:{port}: the operator runs `{command}`"
 
     def _send(

@@ -363,8 +363,8 @@ def _check_signature(
         if allow_unsigned:
             return None
         raise UnsignedArtifact(
-            f"{where} is not signed: ask its publisher for a signed one (`astrid capsule sign`), or allow unsigned "
-            "capsules"
+            f"{where} is not signed: ask its publisher for a signed one (`astrid capsule sign`), or take it "
+            "unsigned with --allow-unsigned (then nothing says who wrote it)"
         )
     if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
         raise _bad_signature(where, "not a DSSE envelope of payload, payloadType and signatures")

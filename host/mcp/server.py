@@ -208,6 +208,7 @@ class AstridMcpServer:
         self.list_changed = ListChanged()
         self.subscriptions = Subscriptions(self.list_changed.publish, subscription_limits)
         self.changes_handled = 0  # capsule-set events re-listed (tests wait on it)
+        self.messages_read = 0  # requests and notifications that reached it (stdio: did a client speak?)
         self._in_flight: dict[str, int] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._last_reshape: tuple[list[ResourceDefinition], list[types.Resource]] = ([], [])
@@ -290,6 +291,7 @@ class AstridMcpServer:
                 tg.cancel_scope.cancel()
 
     async def _capture_session(self, ctx: ServerRequestContext[Any, Any], call_next: Callable) -> Any:
+        self.messages_read += 1
         note_request(ctx.request, ctx.method, ctx.params)  # for the HTTP access log, when there is one
         if (tracing.on or metrics.on) and ctx.request_id is not None:
             result = await self._observed(ctx, call_next)

@@ -123,3 +123,11 @@ def test_tour_reads_as_mixed_chunks(kernel, client):
 def test_unknown_page_and_traversal_stay_silent(kernel, client):
     for uri in ("astrid://docs/nope", "astrid://docs/..", "astrid://docs/a/b", "astrid://elsewhere"):
         assert client.read_raw(uri) == [], uri
+
+
+def test_the_index_page_says_clients_may_subscribe(kernel, client):
+    """Issue 36: the page said resources were pull-only, while subscriptions exist (docs/contract/subscriptions.md)."""
+    reply = exact(ReadResponse, json.dumps(client.read("astrid://docs/index")))
+    page = reply.contents[0].text
+    assert "pull-only" not in page
+    assert "subscribe" in page and "notifications/resources/updated" in page and "list_changed" in page

@@ -89,7 +89,8 @@ def built_docs_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_clean(CAPSULES_DIR / "docs", tmp_path_factory.mktemp("stale") / "docs").folder
 
 
-def test_list_without_paths_lists_the_capsule_home_when_here_holds_none(tmp_path: Path, built_docs_copy: Path):
+def test_list_without_paths_lists_the_capsule_home_and_dot_lists_here(tmp_path: Path, built_docs_copy: Path):
+    """No PATHS is the capsule home, what `astrid mcp serve` serves (issue 36); `list .` is the current folder."""
     home = tmp_path / "home"
     shutil.copytree(built_docs_copy, home / "docs")
     elsewhere = tmp_path / "work"
@@ -97,20 +98,33 @@ def test_list_without_paths_lists_the_capsule_home_when_here_holds_none(tmp_path
     env = {**os.environ, "ASTRID_CAPSULE_HOME": str(home)}
     result = run("capsule", "list", cwd=elsewhere, env=env)
     assert result.returncode == 0, result.stderr
-    first = result.stdout.splitlines()[0]
-    assert first == f"listing the capsule home {home} (the current folder holds no capsule)"
+    assert result.stdout.splitlines()[0] == f"listing the capsule home {home} (what `astrid mcp serve` serves)"
     assert "docs 1.0.0" in result.stdout and "status: loads" in result.stdout
-    # Capsules here come first, and it says so.
+    # Capsules here too: still the home, and how to list the ones here.
     clean_copy(CAPSULES_DIR / "introspect", elsewhere / "introspect")
-    here = run("capsule", "list", cwd=elsewhere, env=env)
-    assert here.stdout.splitlines()[0] == f"listing the current folder (the capsule home is {home})"
+    both = run("capsule", "list", cwd=elsewhere, env=env)
+    assert both.stdout.splitlines()[0] == (
+        f"listing the capsule home {home} (what `astrid mcp serve` serves; "
+        "the current folder's: `astrid capsule list .`)"
+    )
+    assert "docs 1.0.0" in both.stdout and "introspect 1.0.0" not in both.stdout
+    here = run("capsule", "list", ".", cwd=elsewhere, env=env)  # listed (unbuilt here, so it does not load)
     assert "introspect 1.0.0" in here.stdout and "docs 1.0.0" not in here.stdout
+    # Capsules here, none in the home: one error saying how to list them.
+    no_home = {**env, "ASTRID_CAPSULE_HOME": str(tmp_path / "missing")}
+    only_here = run("capsule", "list", cwd=elsewhere, env=no_home)
+    assert only_here.returncode == 1
+    assert only_here.stderr.strip() == (
+        f"error: no capsules (folders with Capsule.toml) in the capsule home {tmp_path / 'missing'}; "
+        "the current folder holds some: `astrid capsule list .`"
+    )
     # Neither: one error naming both places.
     empty = tmp_path / "empty"
     empty.mkdir()
-    none = run("capsule", "list", cwd=empty, env={**env, "ASTRID_CAPSULE_HOME": str(tmp_path / "missing")})
+    none = run("capsule", "list", cwd=empty, env=no_home)
     assert none.returncode == 1
-    assert "in the current folder, nor in the capsule home" in none.stderr
+    assert "in the capsule home" in none.stderr and "nor in the current folder" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1
 
 
 def test_a_component_older_than_its_code_is_flagged_until_rebuilt(tmp_path: Path, built_docs_copy: Path):

@@ -134,3 +134,29 @@ def test_list_verbose_shows_bus_request_unused_for_a_capsule_that_only_serves(as
     out = astrid("capsule", "list", "-v", str(folder)).stdout
     assert "bus:request (ask" not in out
     assert "granted but not asked for (unused): bus:request" in out
+
+
+def test_revoke_takes_capsules_as_grant_does_and_never_from_another_capsule_of_the_name(
+    astrid, config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: `capsule revoke` had no --capsules. With it, the grants go only when they are that capsule's."""
+    monkeypatch.setenv("ASTRID_CAPSULE_HOME", str(tmp_path / "home"))
+    ours, theirs = tmp_path / "ours" / "reader", tmp_path / "theirs" / "reader"
+    for folder in (ours, theirs):
+        folder.mkdir(parents=True)
+        (folder / "Capsule.toml").write_text(MANIFEST)
+    assert astrid("capsule", "grant", "reader", "kv", "--capsules", str(ours)).returncode == 0
+    store = GrantStore(config_dir / "grants.json")
+
+    other = astrid("capsule", "revoke", "reader", "kv", "--capsules", str(theirs))
+    assert other.returncode == 1
+    assert other.stderr.startswith("error: the grants of reader belong to another capsule of that name")
+    assert len(other.stderr.strip().splitlines()) == 1 and store.for_capsule("reader").specs() == ["kv"]
+    nobody = astrid("capsule", "revoke", "nobody", "kv", "--capsules", str(ours))
+    assert nobody.returncode == 1 and "no capsule named nobody" in nobody.stderr
+
+    revoked = astrid("capsule", "revoke", "reader", "kv", "--capsules", str(ours))
+    assert revoked.returncode == 0, revoked.stderr
+    assert f"the grants of reader belong to the capsule at {ours}" in revoked.stderr
+    assert "revoked kv from reader" in revoked.stderr and store.for_capsule("reader").specs() == []
+    assert "--capsules PATH" in astrid("capsule", "revoke", "--help").stdout

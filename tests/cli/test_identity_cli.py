@@ -140,7 +140,7 @@ def test_pack_sign_verify(workdir: Path, astrid: Astrid) -> None:
     assert out == f"{artifact.name}\n" and artifact.is_file()
     unsigned = artifact.read_bytes()
     code, _, err = astrid("capsule", "verify", str(artifact))
-    assert code == 1 and "is not signed" in one_error_line(err)
+    assert code == 1 and "is not signed" in one_error_line(err) and "--allow-unsigned" in err
     code, out, _ = astrid("capsule", "verify", str(artifact), "--allow-unsigned")
     assert code == 0 and "signed by: unsigned" in out
 
@@ -225,3 +225,18 @@ def test_install_refuses_an_older_version_in_one_line_and_allow_downgrade_says_s
     memory = workdir / "config" / "capsule-versions.json"
     assert stat.S_IMODE(os.stat(memory).st_mode) == 0o600
     assert json.loads(memory.read_text())["publishers"]["acme"]["notes"]["version"] == "0.3.0"
+
+
+def test_an_unsigned_install_names_the_flag_that_takes_it(
+    workdir: Path, astrid: Astrid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: the refusal did not say how to install it anyway."""
+    monkeypatch.setenv("ASTRID_CAPSULE_HOME", str(workdir / "home"))
+    assert astrid("capsule", "pack", "notes", "-o", "notes.capsule")[0] == 0
+    code, _, err = astrid("capsule", "install", "notes.capsule", "--yes")
+    line = one_error_line(err.replace("astrid: fetching notes.capsule ...\n", ""))
+    assert code == 1 and "notes.capsule is not signed" in line and "--allow-unsigned" in line
+    assert not (workdir / "home" / "notes").exists()
+    code, _, err = astrid("capsule", "install", "notes.capsule", "--yes", "--allow-unsigned")  # the flag it named
+    assert code == 0, err
+    assert (workdir / "home" / "notes" / "Capsule.toml").is_file()

@@ -154,8 +154,8 @@ async def test_astrid_status_summarises_a_running_server(built, capsule_home, tm
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith(f"astrid at {url}, up ")
-    assert "capsules:   1 loaded, 1 sandboxes live, 0 quarantined" in out
-    assert re.search(r"principals: 1 served, 1 sessions open", out), out
+    assert "capsules:   1 loaded, 1 sandbox live, 0 quarantined" in out
+    assert re.search(r"principals: 1 served, 1 session open", out), out
     assert re.search(r"requests:   \d+\.\d/s over the last 0\.\d s \(\d+ since start\)", out), out
     assert re.search(r"latency:    p50 \d+\.\d ms, p99 \d+\.\d ms \(since start\)", out), out
     assert re.search(r"errors:     0\.0/s over the last 0\.\d s; 1 since start \(-32002: 1\)", out), out

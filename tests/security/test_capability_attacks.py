@@ -20,7 +20,7 @@ from astrid.host.capabilities.grants import GrantStore
 from tests.host.capabilities.http_server import LoopbackServer, loopback_server
 
 SECRET = "TOP-SECRET-CONTENT"
-ASKS = 'fs = ["notes"]\nkv = true\nhttp = ["127.0.0.1"]'
+ASKS = 'fs = ["notes"]\nkv = true\nhttp = ["http://127.0.0.1"]'
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def test_a_capsule_stuck_on_a_slow_server_never_starves_another_capsules_reads(t
     with slow_server() as slow:
         grants = GrantStore(tmp_path / "config" / "grants.json")
         grants.grant("stuck", f"http:http://127.0.0.1:{slow.port}")
-        stuck = hostile_dir("stuck", "capabilities", capabilities='http = ["127.0.0.1"]', port=slow.port)
+        stuck = hostile_dir("stuck", "capabilities", capabilities='http = ["http://127.0.0.1"]', port=slow.port)
         quick = hostile_dir("quick", "honest")
         with pytest.MonkeyPatch.context() as pinned:
             pinned.setattr(os, "cpu_count", lambda: 2)  # the kernel's default pool on 2 cores: max(8, 4 x 2)

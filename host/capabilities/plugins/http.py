@@ -2,24 +2,27 @@
 
 Asked with `http = ["api.example.com", "http://127.0.0.1:8765"]` and granted
 with `astrid capsule grant NAME http:api.example.com` (or
-`http:http://127.0.0.1:8765`): one spelling for both, `[http://]HOST[:PORT]`.
-An entry with no scheme is HTTPS; an entry that names a scheme is usable
-only with a grant of that scheme. A request goes only to a granted scheme,
-host and port, through `HttpGateway` (`capabilities/http.py`: the address
-checks, redirects, limits).
+`http:http://127.0.0.1:8765`): one spelling with one meaning for both,
+`[http://]HOST[:PORT]`. No scheme is HTTPS, in the manifest as in the grant,
+so the grant `capsule list -v` prints for an entry is the one that serves
+it; an entry without a port takes a grant of any port. A request goes only
+to a granted scheme, host and port, through `HttpGateway`
+(`capabilities/http.py`: the address checks, redirects, limits).
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from astrid.host.capabilities.capability import Call, Calls, Capability, HostSettings, Served
-from astrid.host.capabilities.http import DEFAULT_PORTS, HttpGateway, HttpGrant, parse_http_grant
+from astrid.host.capabilities.http import DEFAULT_PORTS, HttpGateway, HttpGrant, asks_for, parse_http_grant
 from astrid.host.tuning import KERNEL_TUNING
 
 SHAPES = "http:HOST[:PORT] (http:http://HOST[:PORT] for plain http)"
+_OTHER_SCHEME = {"https": "http", "http": "https"}
 
 
 class Http(Capability[tuple[str, ...], tuple[HttpGrant, ...]]):
@@ -92,8 +95,17 @@ class Http(Capability[tuple[str, ...], tuple[HttpGrant, ...]]):
         lines = []
         for entry in asked:
             reaching = [grant.text() for grant in granted if covered(entry, grant)]
-            missing = f"not granted (astrid capsule grant {capsule} http:{entry})"
-            lines.append(f"http {entry}: {f'granted: {chr(44).join(reaching)}' if reaching else missing}")
+            if reaching:
+                lines.append(f"http {entry}: granted: {', '.join(reaching)}")
+                continue
+            line = f"http {entry}: not granted (astrid capsule grant {capsule} http:{entry})"
+            other = [g.text() for g in granted if covered(entry, replace(g, scheme=_OTHER_SCHEME[g.scheme]))]
+            if other:  # the other scheme is granted: the manifest must say which one the capsule fetches
+                scheme = parse_http_grant(entry).scheme
+                line += f"; {', '.join(other)} is granted, but this entry asks for {scheme}"
+                if scheme == "https":
+                    line += " (an entry without http:// is https; write http:// in Capsule.toml for plain http)"
+            lines.append(line)
         return lines
 
     def serve(self, settings: HostSettings) -> ServedHttp:
@@ -127,13 +139,8 @@ HTTP = Http()
 
 def covered(entry: str, grant: HttpGrant) -> bool:
     """Does `grant` reach the manifest's `http` entry (`host`, `host:port`, `http://host:port`, `[v6]:port`)?
-    An entry with no scheme takes a grant of either; one that names a scheme, only a grant of it."""
-    asked = parse_http_grant(entry)
-    if "://" in entry and asked.scheme != grant.scheme:
-        return False
-    return asked.host == grant.host and (
-        asked.port is None or asked.port == (grant.port or DEFAULT_PORTS[grant.scheme])
-    )
+    Only a grant of the entry's own scheme does (no scheme: https), of any port when the entry names none."""
+    return asks_for(entry, grant.scheme, grant.host, grant.port or DEFAULT_PORTS[grant.scheme])
 
 
 def _grant(spec: str) -> HttpGrant:
@@ -145,7 +152,7 @@ def _grant(spec: str) -> HttpGrant:
 
 class ServedHttp(Served):
     def __init__(self) -> None:
-        self._gateways: dict[tuple[str, tuple[HttpGrant, ...]], HttpGateway] = {}
+        self._gateways: dict[tuple[str, tuple[HttpGrant, ...], tuple[str, ...]], HttpGateway] = {}
         self._lock = threading.Lock()
 
     def link(self, root: Any, calls: Calls) -> None:
@@ -159,7 +166,7 @@ class ServedHttp(Served):
             gateway.close()
 
     def _fetch(self, call: Call, request: Any, calls: Calls) -> Any:
-        key = (call.capsule, call.granted)
+        key = (call.capsule, call.granted, call.asked)
         with self._lock:
             gateway = self._gateways.get(key)
             if gateway is None:
@@ -167,7 +174,7 @@ class ServedHttp(Served):
                     for stale in self._gateways.values():
                         stale.close()
                     self._gateways.clear()
-                gateway = self._gateways[key] = HttpGateway(call.capsule, call.granted)
+                gateway = self._gateways[key] = HttpGateway(call.capsule, call.granted, asked=call.asked)
         headers = [(header.name, header.value) for header in request.headers]
         response = gateway.fetch(request.method, request.url, headers, request.body, call.remaining_s)
         return calls.record(

@@ -119,8 +119,8 @@ def test_an_asked_port_must_match_the_grant() -> None:
     assert covered("api.example.com", parse_http_grant("api.example.com:8443"))
     assert covered("api.example.com:443", parse_http_grant("api.example.com"))
     assert not covered("api.example.com:8443", parse_http_grant("api.example.com"))
-    assert covered("127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
-    assert not covered("127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert covered("http://127.0.0.1:8080", parse_http_grant("http://127.0.0.1:8080"))
+    assert not covered("http://127.0.0.2:8080", parse_http_grant("http://127.0.0.1:8080"))
 
 
 def test_the_manifest_may_name_the_scheme_in_the_spelling_the_grant_uses() -> None:
@@ -129,6 +129,9 @@ def test_the_manifest_may_name_the_scheme_in_the_spelling_the_grant_uses() -> No
     assert asked.specs() == ["http:http://127.0.0.1:8765"]  # what `capsule list -v` tells the operator to grant
     assert covered("http://127.0.0.1:8765", parse_http_grant("http://127.0.0.1:8765"))
     assert not covered("http://127.0.0.1:8765", parse_http_grant("127.0.0.1:8765"))  # https: not what is asked
+    # ... and no scheme is https in the manifest as in the grant: a plain-http grant does not serve it
+    assert not covered("127.0.0.1:8765", parse_http_grant("http://127.0.0.1:8765"))
+    assert covered("127.0.0.1:8765", parse_http_grant("127.0.0.1:8765"))
     with pytest.raises(ValueError, match="HOST"):
         asks(http=["http://127.0.0.1:8765/path"])
 
@@ -199,3 +202,14 @@ def test_unbound_grants_are_adopted_once_by_the_first_capsule_that_claims_them(t
     assert store.for_capsule("files", "folder:/a").of(KV) and store.for_capsule("files", "folder:/b").empty()
     assert not store.adopt("nobody", "folder:/a")
     assert json.loads((tmp_path / "grants.json").read_text())["capsules"]["files"]["identity"] == "folder:/a"
+
+
+def test_list_v_says_when_only_a_grant_of_the_other_scheme_is_there() -> None:
+    lines = HTTP.explain("weather", ("127.0.0.1:8765",), (parse_http_grant("http://127.0.0.1:8765"),))
+    assert lines == [
+        "http 127.0.0.1:8765: not granted (astrid capsule grant weather http:127.0.0.1:8765); "
+        "http://127.0.0.1:8765 is granted, but this entry asks for https "
+        "(an entry without http:// is https; write http:// in Capsule.toml for plain http)"
+    ]
+    plain = HTTP.explain("weather", ("http://127.0.0.1:8765",), (parse_http_grant("127.0.0.1:8765"),))
+    assert plain[0].endswith("; 127.0.0.1:8765 is granted, but this entry asks for http")

@@ -88,3 +88,21 @@ def _code(call) -> str:
     with pytest.raises(CapabilityError) as caught:
         call()
     return caught.value.code
+
+
+def test_a_refusal_names_the_grant_or_else_the_manifest_line_that_must_come_first(server: LoopbackServer) -> None:
+    """No scheme is https in the manifest too: a plain-http fetch it does not ask for is a manifest fix."""
+    url = f"http://127.0.0.1:{server.port}/hello"
+    asked_http = HttpGateway("weather", [], asked=[f"http://127.0.0.1:{server.port}"])
+    with pytest.raises(CapabilityError) as granted_only:
+        asked_http.fetch("GET", url, [], None, 2.0)
+    assert (granted_only.value.detail or "").endswith(
+        f"the operator runs `astrid capsule grant weather http:http://127.0.0.1:{server.port}`"
+    )
+    asked_https = HttpGateway("weather", [parse_http_grant(f"127.0.0.1:{server.port}")], asked=["127.0.0.1"])
+    with pytest.raises(CapabilityError) as manifest_first:
+        asked_https.fetch("GET", url, [], None, 2.0)
+    assert manifest_first.value.code == "capability-denied"
+    assert "Capsule.toml does not ask for it" in (manifest_first.value.detail or "")
+    assert f'add "http://127.0.0.1:{server.port}" there' in (manifest_first.value.detail or "")
+    assert server.seen.requests == []
