@@ -105,15 +105,16 @@ def _look_deeper(path: Path, command: str) -> str:
     help="Create the capsule folder inside PARENT (default: the current folder).",
 )
 def capsule_new(name: str, parent: Path | None) -> None:
-    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md)."""
+    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py)."""
     from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
 
     try:
         folder = scaffold_capsule(name, parent)
     except ScaffoldError as exc:
         raise UserError(str(exc)) from None
-    click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md)")
+    click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
     click.echo(f"next: astrid capsule build {folder}")
+    click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
 
 
 class _Progress:
