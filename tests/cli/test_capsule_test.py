@@ -73,8 +73,8 @@ def test_a_build_failure_is_its_one_line_for_each_test(demo: Path):
     assert "Traceback" not in result.stdout + result.stderr
 
 
-# A capsule's tests as an author writes them: a file granted from tmp_path, kv, a loopback HTTP server,
-# a template's completion and a failed read expected with its broker message.
+# A capsule's tests as an author writes them: a file granted from tmp_path, kv and the capsule's log, a
+# loopback HTTP server, a template's completion and a failed read expected with its broker message.
 KIT_TESTS = """
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
@@ -95,9 +95,10 @@ def test_the_grant_ended_with_the_test(capsule):
         capsule.read("astrid://kitted/note")
 
 
-def test_kv(capsule):
+def test_kv_and_the_capsules_log(capsule, caplog):
     capsule.grant_kv()
     assert capsule.read("astrid://kitted/visits", principal="zoe").text == "1"
+    assert "[kitted] visit 1 by zoe" in caplog.text
 
 
 def test_http_to_loopback(capsule):
