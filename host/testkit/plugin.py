@@ -38,7 +38,10 @@ def served_capsule(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     """The capsule folder of `astrid capsule test DIR`, built and served for the whole session."""
     folder = request.config.getoption("astrid_capsule")
     if folder is None:
-        pytest.fail(f"the capsule fixture serves the folder {CAPSULE_OPTION} names: run `astrid capsule test DIR`")
+        pytest.fail(
+            f"the capsule fixture serves the folder {CAPSULE_OPTION} names: run `astrid capsule test DIR`",
+            pytrace=False,
+        )
     logger = logging.getLogger(CAPSULE_LOG)
     level = logger.level
     if not logger.isEnabledFor(logging.INFO):

@@ -48,5 +48,7 @@ def run_capsule_tests(folder: Path, pytest_args: Sequence[str]) -> int:
     import pytest
 
     folder = Path(folder).resolve()
-    args = [str(folder / TESTS_FOLDER), "--rootdir", str(folder), "-p", PLUGIN, f"{CAPSULE_OPTION}={folder}"]
-    return int(pytest.main([*args, *pytest_args]))
+    args = ["--rootdir", str(folder), "-p", PLUGIN, f"{CAPSULE_OPTION}={folder}"]
+    # a test file or node id among the arguments picks the tests; else the whole tests/ folder runs
+    named = any("::" in arg or arg.endswith(".py") for arg in pytest_args if not arg.startswith("-"))
+    return int(pytest.main([*args, *([] if named else [str(folder / TESTS_FOLDER)]), *pytest_args]))

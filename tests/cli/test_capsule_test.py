@@ -48,6 +48,8 @@ def test_pytest_args_pass_through(demo: Path):
     assert "1 passed, 2 deselected" in result.stdout
     nothing = astrid("capsule", "test", "demo", "-k", "no_such_test", cwd=demo.parent)
     assert nothing.returncode == 5  # pytest's "no tests collected"
+    one = astrid("capsule", "test", "demo", "demo/tests/test_app.py::test_hello_is_listed", "-q", cwd=demo.parent)
+    assert one.returncode == 0 and "1 passed in" in one.stdout, one.stdout + one.stderr
 
 
 def test_a_capsule_without_tests_is_told_where_they_go(demo: Path):
@@ -144,3 +146,16 @@ def test_without_pytest_it_says_how_to_install_it(demo: Path):
         "error: `astrid capsule test` runs pytest, which astrid's Python cannot import: "
         f"run `{sys.executable} -m pip install 'pytest<10,>=8'`"
     ]
+
+
+def test_the_plugin_without_a_capsule_folder_says_how_to_run_it(demo: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "astrid.host.testkit.plugin", "-q", "-p", "no:cacheprovider", "demo"],
+        cwd=demo.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "3 errors" in result.stdout
+    told = "the capsule fixture serves the folder --astrid-capsule names: run `astrid capsule test DIR`"
+    assert told in result.stdout
