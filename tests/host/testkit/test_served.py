@@ -47,6 +47,17 @@ def test_a_granted_folder_is_read(capsule: ServedCapsule, tmp_path: Path):
     assert [chunk.uri for chunk in result.contents] == ["astrid://kitted/note"]
 
 
+def test_a_folder_per_principal(capsule: ServedCapsule, tmp_path: Path):
+    for name in ("alice", "bob"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "note.txt").write_text(f"{name}'s own")
+    capsule.grant_files(f"{tmp_path}/{{principal}}")  # one grant, one folder per principal
+    assert capsule.read("astrid://kitted/note", principal="alice").text == "alice's own"
+    assert capsule.read("astrid://kitted/note", principal="bob").text == "bob's own"
+    with pytest.raises(RequestFailed, match="capsule_error"):
+        capsule.read("astrid://kitted/note", principal="carol")  # no folder of hers
+
+
 def test_a_failed_read_raises_the_brokers_code_and_message(capsule: ServedCapsule):
     with pytest.raises(RequestFailed) as failed:
         capsule.read("astrid://kitted/note")  # no fs grant in this test
