@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -106,15 +107,16 @@ def _look_deeper(path: Path, command: str) -> str:
     help="Create the capsule folder inside PARENT (default: the current folder).",
 )
 def capsule_new(name: str, parent: Path | None) -> None:
-    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md)."""
+    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py)."""
     from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
 
     try:
         folder = scaffold_capsule(name, parent)
     except ScaffoldError as exc:
         raise UserError(str(exc)) from None
-    click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md)")
+    click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
     click.echo(f"next: astrid capsule build {folder}")
+    click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
 
 
 class _Progress:
@@ -201,6 +203,38 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
             click.echo(f"warning: {result.name}: {warning}", err=True)
         how = "unchanged, from the build cache" if result.cached else "built"
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
+
+
+@capsule.command("test", context_settings={"ignore_unknown_options": True})
+@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED, metavar="[PYTEST ARGS]...")
+@click.pass_context
+def capsule_test(ctx: click.Context, path: Path, pytest_args: tuple[str, ...]) -> None:
+    """Run the capsule's tests/test_*.py with pytest, the capsule served in the real sandbox.
+
+    A test takes the `capsule` fixture (no conftest.py needed): capsule.read(uri,
+    principal="alice") gives .text, .blob and .mime_type; capsule.list(),
+    capsule.templates() and capsule.complete(...) ask as a client does; and
+    capsule.grant_files(tmp_path), grant_kv() and grant_http(url) grant for that
+    test only, in a grants file of the test run's own. The capsule is built first
+    when it changed (unchanged: from the build cache). PYTEST ARGS (-k, -x, -q, ...)
+    go to pytest, and the exit status is pytest's.
+    """
+    from astrid.host.testkit.run import capsule_tests, pytest_install_command, run_capsule_tests
+
+    if not (path / MANIFEST_NAME).is_file():
+        raise UserError(f"{path}: no {MANIFEST_NAME} here: give the capsule folder (`astrid capsule test notes`)")
+    if not capsule_tests(path):
+        raise UserError(
+            f"{path}: no tests/test_*.py to run: write one there (`astrid capsule new NAME` writes "
+            "tests/test_app.py beside the capsule it makes)"
+        )
+    install = pytest_install_command()
+    if install is not None:
+        raise UserError(f"`astrid capsule test` runs pytest, which astrid's Python cannot import: run `{install}`")
+    # pytest keeps the log and shows it beside a failed test: this CLI's stderr handler would show it twice
+    logging.root.handlers.clear()
+    ctx.exit(run_capsule_tests(path, pytest_args))
 
 
 def _code_mismatch(folder: Path, manifest) -> list[str]:

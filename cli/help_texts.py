@@ -44,6 +44,10 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         ("astrid capsule new notes", "astrid capsule new notes --dir ~/caps"),
     ),
     "capsule build": ("Build a capsule folder into a component.", ("astrid capsule build notes",)),
+    "capsule test": (
+        "Run a capsule's tests with pytest, served in the sandbox.",
+        ("astrid capsule test notes", "astrid capsule test notes -k hello -x"),
+    ),
     "capsule list": ("List capsules and whether they load.", ("astrid capsule list -v notes", "astrid capsule list")),
     "capsule grant": (
         "Let a capsule use a capability.",

@@ -54,6 +54,16 @@ class BackendNotReady(AstridError):
     """The capsules could not be loaded, or are still loading (the message says which)."""
 
 
+class RequestFailed(AstridError):
+    """A request of the test kit (`capsule.read`, `complete`, ...) the broker answered with a failure, raised
+    so a test can expect it: `code` (`not_found`, `capsule_error`, ...) and `message` are the broker's."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
 class AuthConfigError(AstridError, ValueError):
     """An auth setting that cannot be used safely (e.g. a JWKS URL over plain http); the message says the fix."""
 

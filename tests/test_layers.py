@@ -24,6 +24,10 @@ The rules (docs/design.md, "Layer rules"):
   the kernel);
 - `telemetry` (spans, metrics, JSON log lines) imports no other layer: the
   layers that say what they do import it;
+- `testkit` (`astrid capsule test`: a capsule built and served for pytest)
+  sits on the composition root as the CLI does: it imports neither the
+  kernel, the broker, the MCP layer, the watchers, the bus, auth nor identity,
+  and no layer imports it (the CLI does);
 - the foundation modules beside them (errors, limits, tuning, settings,
   version, toolpaths, owner_file, bounded_lru, log_throttle, event_stream,
   connection_guard, addresses) import no layer at all;
@@ -69,6 +73,7 @@ LAYERS = (
     "identity",
     "telemetry",
     "serving",
+    "testkit",
 )
 FORBIDDEN: dict[str, set[str]] = {
     "bus": {
@@ -106,6 +111,7 @@ FORBIDDEN: dict[str, set[str]] = {
     },
     "identity": {"bus", "contract", "kernel", "broker", "mcp", "build", "runtime", "watch", "auth", "capabilities"},
     "telemetry": set(LAYERS) - {"telemetry"},
+    "testkit": {"kernel", "broker", "mcp", "watch", "bus", "auth", "identity"},
     **{
         foundation: set(LAYERS)
         for foundation in (
@@ -125,8 +131,9 @@ FORBIDDEN: dict[str, set[str]] = {
     },
 }
 
-# The process assembly sits on top of every layer: none of them imports it (the CLI does).
-FORBIDDEN = {layer: FORBIDDEN.get(layer, set()) | {"serving"} for layer in {*FORBIDDEN, *LAYERS} if layer != "serving"}
+# The process assembly and the test kit sit on top of every layer: none of them imports either (the CLI does).
+TOPS = {"serving", "testkit"}
+FORBIDDEN = {layer: FORBIDDEN.get(layer, set()) | (TOPS - {layer}) for layer in {*FORBIDDEN, *LAYERS}}
 
 
 # Modules (not layers) a layer must not import, on top of FORBIDDEN.
@@ -224,6 +231,10 @@ def test_the_guest_sdk_imports_nothing_of_the_host(path: Path) -> None:
         ("kernel", "from astrid.host.bus.nats.membership import Membership"),
         ("mcp", "from astrid.host.bus.nats import subjects"),
         ("bus", "from astrid.host.bus.nats.rounds import ClusterDelivery"),
+        ("testkit", "from astrid.host.kernel.kernel import Kernel"),
+        ("testkit", "from astrid.host.broker.client import BrokerClient"),
+        ("runtime", "from astrid.host.testkit import ServedCapsule"),
+        ("serving", "from astrid.host.testkit.plugin import capsule"),
     ],
 )
 def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:
@@ -233,6 +244,14 @@ def test_a_forbidden_import_is_caught(layer: str, source: str) -> None:
 def test_allowed_imports_pass() -> None:
     source = "from astrid.host.bus import Bus\nfrom astrid.host.contract.topics import BROKER\nimport json\n"
     assert violations("broker", source) == []
+
+
+def test_the_test_kit_builds_grants_and_asks_the_composition_root() -> None:
+    source = (
+        "from astrid.host.runtime import Runtime\nfrom astrid.host.build.builder import build_capsule\n"
+        "from astrid.host.capabilities.grants import GrantStore\n"
+    )
+    assert violations("testkit", source) == []
 
 
 def test_only_the_nats_bus_itself_imports_its_modules() -> None:

@@ -15,12 +15,13 @@ TEMPLATES = {
     "Capsule.toml.tmpl": "Capsule.toml",
     "app.py.tmpl": "app.py",
     "README.md.tmpl": "README.md",
+    "test_app.py.tmpl": "tests/test_app.py",  # `astrid capsule test` runs it; the build leaves tests/ out
 }
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def scaffold_capsule(name: str, parent: Path | None = None) -> Path:
-    """Create `parent/name/` holding Capsule.toml, app.py and README.md; the folder's path."""
+    """Create `parent/name/` holding Capsule.toml, app.py, README.md and tests/test_app.py; the folder's path."""
     if not _NAME.fullmatch(name or ""):
         raise ScaffoldError(
             f"{name!r} is not a capsule name: use 1-64 characters of a-z, 0-9, '_' and '-', "
@@ -38,6 +39,7 @@ def scaffold_capsule(name: str, parent: Path | None = None) -> Path:
     try:
         for template, target in TEMPLATES.items():
             text = (TEMPLATES_DIR / template).read_text(encoding="utf-8")
+            (folder / target).parent.mkdir(exist_ok=True)
             (folder / target).write_text(text.replace("{{name}}", name), encoding="utf-8")
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)

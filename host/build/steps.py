@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from astrid.host.capsule.discovery import TESTS_FOLDER
 from astrid.host.errors import BuildError
 
 T = TypeVar("T")
@@ -29,10 +30,13 @@ SKIP_SUFFIXES = {".wasm", ".cwasm", ".pyc", ".pyo", ".tmp"}
 
 
 def source_files(folder: Path, exclude: tuple[Path, ...] = ()) -> Iterator[Path]:
-    """Every file of a capsule's source, sorted; skips caches, hidden entries and build outputs."""
+    """Every file of a capsule's source, sorted; skips caches, hidden entries, build outputs and the
+    capsule's `tests/` folder."""
     excluded = {p.resolve() for p in exclude}
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+        if root == str(folder):
+            dirs[:] = [d for d in dirs if d != TESTS_FOLDER]
         for name in sorted(files):
             path = Path(root) / name
             if name.startswith(".") or path.suffix in SKIP_SUFFIXES or path.resolve() in excluded:

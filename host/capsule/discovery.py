@@ -17,6 +17,9 @@ from astrid.host.tuning import KERNEL_TUNING
 STALE_SOURCE_SUFFIXES = (".py",)
 STALE_SOURCE_NAMES = ("requirements.txt",)
 STALE_SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
+# The capsule's own pytest tests (`astrid capsule test`), beside its source: never built into it,
+# so editing a test neither calls for a rebuild nor misses the build cache.
+TESTS_FOLDER = "tests"
 
 
 def discover_capsules(paths: list[Path]) -> list[Path]:
@@ -38,8 +41,8 @@ def discover_capsules(paths: list[Path]) -> list[Path]:
 def stale_component(folder: Path, manifest: Manifest | None = None) -> str | None:
     """Why the built component in `folder` is older than its source, or None.
 
-    The source is every `.py` file of the capsule folder (hidden entries and
-    caches skipped) and its `requirements.txt`. None also when it cannot tell:
+    The source is every `.py` file of the capsule folder (hidden entries,
+    caches and its `tests/` folder skipped) and its `requirements.txt`. None also when it cannot tell:
     no manifest, no component yet, or more than `KERNEL_TUNING.stale_check_max_files` files. A
     one-line message otherwise, naming the newest source file and the fix:
 
@@ -60,6 +63,8 @@ def stale_component(folder: Path, manifest: Manifest | None = None) -> str | Non
     seen = 0
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in STALE_SKIP_DIRS)
+        if root == str(folder):
+            dirs[:] = [d for d in dirs if d != TESTS_FOLDER]
         for name in files:
             seen += 1
             if seen > KERNEL_TUNING.stale_check_max_files:

@@ -15,7 +15,9 @@ def test_new_scaffolds_a_capsule(tmp_path: Path):
     result = astrid("capsule", "new", "demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "demo"
-    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py"]
+    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py", "tests"]
+    assert [p.name for p in (folder / "tests").iterdir()] == ["test_app.py"]
+    assert "astrid capsule test" in result.stdout
     from astrid.host.capsule.manifest import load_manifest
 
     manifest = load_manifest(folder)

@@ -80,6 +80,24 @@ def test_the_content_hash_tracks_sources_only(tiny: Path):
     assert content_hash(tiny) != first
 
 
+def test_the_capsules_tests_folder_is_not_its_source(tiny: Path):
+    # `astrid capsule test` runs tests/ on the host: editing a test must not miss the build cache,
+    # make the component stale, or fail the build with the test's syntax error.
+    from astrid.host.capsule.discovery import stale_component
+
+    first = content_hash(tiny)
+    (tiny / "tiny.wasm").write_bytes(b"built")
+    (tiny / "tests").mkdir()
+    time.sleep(0.01)  # the test file is newer than the build
+    (tiny / "tests" / "test_app.py").write_text("def test_broken(:\n")
+    assert content_hash(tiny) == first
+    assert stale_component(tiny) is None
+    (tiny / "lib" / "tests").mkdir(parents=True)  # a package's own tests/ is source like any folder
+    (tiny / "lib" / "tests" / "x.py").write_text("X = 1\n")
+    assert content_hash(tiny) != first
+    assert stale_component(tiny) is not None
+
+
 def test_explain_failure_keeps_the_last_meaningful_line(tiny: Path):
     output = (
         'Traceback (most recent call last):\n  File "/x/bin/componentize-py", line 6, in <module>\n'

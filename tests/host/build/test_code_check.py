@@ -254,7 +254,8 @@ def test_the_code_sees_no_host_packages(tmp_path: Path):
     (folder / "app.py").write_text("import idna\n" + (folder / "app.py").read_text())
     with pytest.raises(BuildError, match="No module named 'idna'"):
         built(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py"]  # nothing written
+    # nothing written
+    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "README.md", "app.py", "tests"]
 
 
 @pytest.mark.slow
