@@ -39,6 +39,7 @@ from pathlib import Path
 from astrid.capsules import SDK_DIR
 from astrid.host.build.requirements import REQUIREMENTS_FILE, Site, install_site, read_requirements, site_packages_of
 from astrid.host.build.steps import Progress, last_line, run_tool, shown, source_files
+from astrid.host.build.unfit_packages import unfit_module
 from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
 from astrid.host.settings import BUILD_CACHE_ENV
@@ -251,6 +252,10 @@ def _missing_module_hint(module: str) -> str:
     top = module.split(".")[0]
     if top in sys.stdlib_module_names:
         return " (the WebAssembly guest's standard library has no such module)"
+    unfit = unfit_module(top)
+    if unfit is not None:  # never hint in a pin the build would refuse
+        distribution, why = unfit
+        return f" ({distribution} cannot work in a capsule: {why})"
     from importlib.metadata import packages_distributions
 
     pin = f"{top}==<version>"

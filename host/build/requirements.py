@@ -8,7 +8,9 @@ and the packages pinned here. The file uses pip's format with these rules:
 - no environment markers, URLs, paths, `-e`, `-r` or `-c`;
 - option lines may choose where packages come from: `--index-url`,
   `--extra-index-url`, `--find-links`, `--no-index`, `--require-hashes`;
-- every package pip installs, dependencies included, must be pinned.
+- every package pip installs, dependencies included, must be pinned;
+- a package that cannot work in a capsule (`unfit_packages.py`: one that needs
+  sockets or processes) is refused by name, with what to use instead.
 
 pip installs them with `--only-binary :all:` for a pure-Python target
 (platform `any`, ABI `none`, Python 3.14: the guest's), into a folder of the
@@ -35,6 +37,7 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 
 from astrid.host.build.steps import Progress, run_tool, shown
+from astrid.host.build.unfit_packages import unfit_distribution
 from astrid.host.errors import BuildError
 from astrid.host.tuning import BUILD_TUNING
 
@@ -156,6 +159,9 @@ def read_requirements(folder: Path) -> Requirements | None:
                 sources.extend(line.split(None, 1))
             continue
         pin = _requirement_line(line, number, where)
+        why = unfit_distribution(pin.key)
+        if why is not None:
+            raise BuildError(f"{where}: {pin.name} cannot work in a capsule: {why}; remove it")
         if pin.key in seen:
             raise BuildError(f"{where}: {pin.name} is pinned twice (also on line {seen[pin.key]}): keep one line")
         seen[pin.key] = number

@@ -35,6 +35,8 @@ from astrid.host.capabilities.asks import NOTHING_ASKED, Asks
 from astrid.host.errors import ManifestError
 
 MANIFEST_NAME = "Capsule.toml"
+# get-config keys starting with this are answered by the host (the sandbox's facts), never by [config].
+HOST_CONFIG_PREFIX = "astrid:"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
@@ -148,6 +150,15 @@ class Manifest(_Strict):
     def _topics(self) -> Manifest:
         _check_patterns(self.subscribe, "subscribe")
         _check_patterns(self.publish, "publish")
+        return self
+
+    @model_validator(mode="after")
+    def _config_keys(self) -> Manifest:
+        reserved = sorted(key for key in self.config if key.startswith(HOST_CONFIG_PREFIX))
+        if reserved:
+            raise ValueError(
+                f"[config] key {reserved[0]!r}: keys starting {HOST_CONFIG_PREFIX!r} are the host's; rename it"
+            )
         return self
 
     @property

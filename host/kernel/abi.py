@@ -29,10 +29,12 @@ from wasmtime.component import Component, Linker, Record, ResourceAny, ResourceH
 
 from astrid.host.bus import Bus, BusError, IpcErrorCode, Message, Principal, Subscription
 from astrid.host.capabilities.grants import GrantStore
+from astrid.host.capsule.manifest import HOST_CONFIG_PREFIX
 from astrid.host.kernel import fastpath, wasmtime_patches
 from astrid.host.kernel.capability_abi import CapabilityAbi
 from astrid.host.kernel.wasi import WasiHost
 from astrid.host.kernel.wit_values import record
+from astrid.host.limits import DEFAULT_LIMITS, MIB
 
 if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
@@ -42,6 +44,9 @@ log = logging.getLogger("astrid.capsule")
 SUBSCRIPTION_TYPE = 0xA5_7D01
 MAX_SUBSCRIPTIONS = 128
 POLL_BATCH = 256
+# The host's own get-config key (a manifest cannot set it): the sandbox's memory limit, which a
+# guest that ran out names ("exceeded N MiB").
+MEMORY_LIMIT_KEY = HOST_CONFIG_PREFIX + "memory-limit-mib"
 RECV_CAP_S = 60.0
 PUBLISHES_PER_CALL = 256
 PUBLISH_BYTES_PER_CALL = 8 << 20  # what one call may put in subscriber queues
@@ -129,8 +134,10 @@ class HostAbi:
         *,
         quiet: bool = False,
         kv_factory: Callable[[], Any] | None = None,
+        memory_limit_bytes: int = DEFAULT_LIMITS.capsule_memory_bytes,
     ) -> None:
         self.bus = bus
+        self.memory_limit_bytes = memory_limit_bytes  # told to a guest that runs out (MEMORY_LIMIT_KEY)
         self.quiet = quiet  # the capsules' log lines at debug level only (a tool's one call: `oneshot`)
         self._instances: dict[int, Instance] = {}
         self._subs: dict[int, tuple[Instance, Subscription]] = {}
@@ -335,6 +342,8 @@ class HostAbi:
 
     def _get_config(self, store: Any, key: str) -> Variant:
         try:
+            if key == MEMORY_LIMIT_KEY:
+                return Variant("ok", str(self.memory_limit_bytes // MIB))
             value = self._instance(store).capsule.manifest.config_value(key)
             if value is None:
                 return Variant("err", f"config key {key!r} is not set")

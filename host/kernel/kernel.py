@@ -163,6 +163,7 @@ class Kernel:
             self.grants,
             self.config.kv_file or default_kv_file(),
             kv_factory=(lambda: kv_factory(self.bus)) if kv_factory is not None else None,
+            memory_limit_bytes=self.limits.capsule_memory_bytes,
         )
         self.sandboxes = SandboxPool(self.wasm, self.abi, self.limits, self.config.max_instances)
         # Each build's describe/templates replies when they are the same for every principal.

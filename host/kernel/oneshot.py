@@ -66,7 +66,14 @@ def call_loaded(
     with tempfile.TemporaryDirectory(prefix="astrid-oneshot-") as scratch:
         bus = InMemoryBus(max_payload_bytes=limits.bus_message_bytes)
         grants = GrantStore(Path(scratch) / "grants.json")  # never written: no grants
-        abi = HostAbi(engine.engine, bus, grants, Path(scratch) / "kv.sqlite3", quiet=True)
+        abi = HostAbi(
+            engine.engine,
+            bus,
+            grants,
+            Path(scratch) / "kv.sqlite3",
+            quiet=True,
+            memory_limit_bytes=limits.capsule_memory_bytes,
+        )
         pool = SandboxPool(engine, abi, limits, max_instances=1, quiet=True)
         alone = Participant(source_id=capsule.source_id, name=capsule.name)  # no publish or subscribe rights
         # The message has no topic of its own: the handler's name stands in (the guest never sees it).

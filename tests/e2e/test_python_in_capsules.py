@@ -49,6 +49,7 @@ async def test_the_standard_library_works_and_what_is_missing_says_so(capsules, 
         environ = await refusal(session, "astrid://pythonic/environ")
         socket = await refusal(session, "astrid://pythonic/socket")
         spin = await refusal(session, "astrid://pythonic/spin")
+        hoard = await refusal(session, "astrid://pythonic/hoard")
 
     (chunk,) = read.contents
     assert isinstance(chunk, types.TextResourceContents)
@@ -69,5 +70,7 @@ async def test_the_standard_library_works_and_what_is_missing_says_so(capsules, 
     assert "socket.create_connection: a capsule has no sockets: reach the network with ctx.http" in socket.error.message
     assert f"(app.py:{line_of('socket.create_connection')} in connect)" in socket.error.message
     assert "ran past its 2 s read window and was stopped" in spin.error.message
-    for refused in (opened, environ, socket, spin):  # the same words in the error's data, for clients showing it
+    assert "MemoryError: exceeded 64 MiB, the sandbox's memory limit" in hoard.error.message
+    assert f"(app.py:{line_of('bytearray(512')} in hoard)" in hoard.error.message
+    for refused in (opened, environ, socket, spin, hoard):  # the same words in the error's data, for clients showing it
         assert refused.error.data["detail"] == refused.error.message

@@ -140,7 +140,7 @@ class Server:
             log(host, "warn", f"no handler named {action!r} (bind {bound} or a @capsule.on name)")
             return "continue", f"unknown handler {action}"
         except BaseException as exc:
-            text = describe_exception(exc)
+            text = describe_exception(exc, host)
             log(host, "error", f"{action}: {text}")
             return "error", short(text)
 
@@ -172,14 +172,14 @@ class Server:
                 if static.visible is None or static.visible(ctx):
                     add(static.definition)
             except Exception as exc:
-                log(host, "error", f"describe: visible() of {uri} raised {describe_exception(exc)}; not listed")
+                log(host, "error", f"describe: visible() of {uri} raised {describe_exception(exc, host)}; not listed")
         for family in self.registry.families:
             if family._lister is None:
                 continue
             try:
                 items = list(family._lister(ctx) or ())
             except Exception as exc:
-                log(host, "error", f"describe: lister of {family.prefix} raised {describe_exception(exc)}")
+                log(host, "error", f"describe: lister of {family.prefix} raised {describe_exception(exc, host)}")
                 continue
             for item in items:
                 try:
@@ -193,7 +193,7 @@ class Server:
                 members = list(template._lister(ctx) or ())
             except Exception as exc:
                 where = template.uri_template
-                log(host, "error", f"describe: lister of {where} raised {describe_exception(exc)}")
+                log(host, "error", f"describe: lister of {where} raised {describe_exception(exc, host)}")
                 continue
             for member in members:
                 if isinstance(member, Resource) and template.match(member.uri) is not None:
@@ -237,7 +237,7 @@ class Server:
         try:
             return bool(target.visible(ctx))
         except Exception as exc:
-            log(host, "error", f"{what}: visible() raised {describe_exception(exc)}; hidden")
+            log(host, "error", f"{what}: visible() raised {describe_exception(exc, host)}; hidden")
             return False
 
     @staticmethod
@@ -303,7 +303,7 @@ class Server:
             )
         except Exception as exc:
             name = getattr(target.handler, "__name__", "handler")
-            return self._fail(host, topic, uri, f"handler {name} raised {describe_exception(exc)}")
+            return self._fail(host, topic, uri, f"handler {name} raised {describe_exception(exc, host)}")
         try:
             body = read_response_json(uri, chunks)
         except (TypeError, ValueError) as exc:
@@ -381,7 +381,7 @@ class Server:
         except DefinitionError as exc:
             return self._complete_failed(host, topic, f"completer {name} {exc}")
         except Exception as exc:
-            return self._complete_failed(host, topic, f"completer {name} raised {describe_exception(exc)}")
+            return self._complete_failed(host, topic, f"completer {name} raised {describe_exception(exc, host)}")
         total = len(values)
         limit = _limits.MAX_COMPLETION_VALUES
         body = dumps(complete_response(values[:limit], total=total, has_more=total > limit))
@@ -407,7 +407,7 @@ class Server:
         try:
             result = function(ctx, bytes(payload) if payload is not None else b"")
         except Exception as exc:
-            text = describe_exception(exc)
+            text = describe_exception(exc, host)
             log(host, "error", f"handler {getattr(function, '__name__', '?')} raised {text}")
             return "error", short(text)
         return "continue", None if result is None else short(str(result))

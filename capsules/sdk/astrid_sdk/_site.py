@@ -96,14 +96,28 @@ def definition_site(function: object) -> str:
     return f" ({shown(code.co_filename)}:{code.co_firstlineno})"
 
 
-def describe_exception(exc: BaseException) -> str:
+def describe_exception(exc: BaseException, host: object = None) -> str:
     """`ValueError: boom (app.py:12 in readme)` without reading any file.
 
     The place is the last frame in the author's code, not one inside the SDK
     (a refused `ctx.fs.read` points at the handler's line that called it).
+    A bare MemoryError (the sandbox's memory limit refused a grow) names the
+    limit, which `host` (the SDK's host bindings) asks of the host.
     """
     where = exception_site(exc)
     message = str(exc)
-    if isinstance(exc, MemoryError) and not message:  # the store's memory limit said no to a grow
-        message = "exceeded the sandbox's memory limit (astrid's Limits.capsule_memory_bytes)"
+    if isinstance(exc, MemoryError) and not message:
+        mib = _memory_limit_mib(host)
+        message = f"exceeded {mib} MiB, the sandbox's memory limit" if mib else "exceeded the sandbox's memory limit"
     return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"
+
+
+# The host's get-config key for the sandbox's memory limit in MiB (host/kernel/abi.py).
+MEMORY_LIMIT_KEY = "astrid:memory-limit-mib"
+
+
+def _memory_limit_mib(host: object) -> str | None:
+    """The limit in MiB as the host tells it; None from a host that does not."""
+    config = getattr(host, "config", None)
+    mib = config(MEMORY_LIMIT_KEY) if callable(config) else None
+    return mib if isinstance(mib, str) and mib.isdigit() else None

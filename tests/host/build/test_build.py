@@ -111,6 +111,19 @@ def test_explain_failure_keeps_the_last_meaningful_line(tiny: Path):
     )
 
 
+def test_a_missing_module_whose_package_cannot_work_is_not_hinted_in(tiny: Path):
+    output = (
+        'Traceback (most recent call last):\n  File "/0/app.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'requests'\n"
+    )
+    message = explain_failure(output, tiny)
+    assert message.endswith(
+        "app.py:1: ModuleNotFoundError: No module named 'requests' (requests cannot work in a capsule: it reaches "
+        "the network through sockets, and a capsule has none: call ctx.http after the operator grants http)"
+    ), message
+    assert "requirements.txt" not in message
+
+
 @pytest.mark.slow
 def test_an_import_error_points_at_the_guest_file_and_line(tiny: Path):
     (tiny / "helpers.py").write_text("VALUE = 1\nOTHER = undefined_name + 1\n")

@@ -82,6 +82,12 @@ def refused(folder: Path, requirements: str, cache: Path) -> str:
         ("-e .\n", "-e is not allowed"),
         ("-r other.txt\n", "-r is not allowed"),
         ("idna==3.10\nIDNA==3.10\n", "IDNA is pinned twice (also on line 1)"),
+        (
+            "idna==3.10\nRequests==2.32.3\n",
+            "requirements.txt:2: Requests cannot work in a capsule: it reaches the network through sockets, "
+            "and a capsule has none: call ctx.http after the operator grants http; remove it",
+        ),
+        ("redis==5.0.0\n", "redis cannot work in a capsule: it talks to its server through sockets"),
     ],
 )
 def test_only_exact_pins_are_accepted(deps: Path, tmp_path: Path, line: str, expected: str):

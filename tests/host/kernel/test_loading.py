@@ -58,6 +58,7 @@ def test_manifest_binds_handlers_and_grants_acls() -> None:
         ({"publish": {"A.b": "opaque"}}, "[publish]"),
         ({"component": [{"id": "x", "file": "../escape.wasm"}]}, "inside the capsule folder"),
         ({"subscribe": {"a.b": {"handler": "h", "colour": 1}}}, "colour"),
+        ({"config": {"astrid:memory-limit-mib": "4096"}}, "keys starting 'astrid:' are the host's"),
     ],
 )
 def test_bad_manifests_are_rejected_with_a_pointed_message(patch: dict, expected: str) -> None:

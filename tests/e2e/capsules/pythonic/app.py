@@ -1,5 +1,5 @@
 """Ordinary Python in a capsule: the standard library's clocks, randomness and print work; files,
-the environment and sockets fail with an exception that says what to use instead."""
+the environment, sockets and too much memory fail with an exception that says what to use instead."""
 
 import datetime
 import json
@@ -56,6 +56,11 @@ def connect(ctx):
 def spin(ctx):
     while True:
         pass
+
+
+@capsule.resource("astrid://pythonic/hoard", name="hoard", mime_type="text/plain")
+def hoard(ctx):
+    return str(len(bytearray(512 * 1024 * 1024)))
 
 
 WitWorld = capsule.world()
