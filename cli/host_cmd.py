@@ -80,6 +80,9 @@ def host_run(
             output.say(line)
         show_server_events()  # reloads, files changed: as `astrid mcp serve` says them
         status = hosting.start(watch=watch)
+        if hosting.stopped:  # a signal while the capsules loaded: stopped, nothing hosted
+            output.say("stopped while the capsules loaded")
+            return
         for failure in status.failures:
             output.say(f"capsule {failure.folder} not loaded: {failure.error}", level="error")
         shown = bus_url.split("@")[-1]

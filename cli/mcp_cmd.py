@@ -181,7 +181,8 @@ class BusOptions:
         self.credentials = str(credentials) if credentials is not None else None
         self.kv_on_bus = True  # kv state in JetStream (False: the SQLite file, as on one machine)
         self.local_capsules = True  # False: this process runs no capsules (`--workers` runs them)
-        self.before_join: Callable[[], None] | None = None
+        self.before_join: Callable[[], bool] | None = None
+        self.stop_joining: Callable[[], None] | None = None  # ends a before_join wait at once
         self.served_paths: list[Path] = []  # with local_capsules False: the capsule paths the workers run
 
     def apply(self, config) -> None:
@@ -189,6 +190,7 @@ class BusOptions:
         config.nats_credentials = self.credentials
         config.kv_on_bus = self.kv_on_bus
         config.before_join = self.before_join
+        config.stop_joining = self.stop_joining
         if not self.local_capsules:
             config.capsule_paths = []
 
@@ -407,6 +409,7 @@ def _local_workers(
         joined = BusOptions(cluster.url("mcp"), None)
         joined.local_capsules = False  # the workers run them
         joined.before_join = cluster.wait_ready
+        joined.stop_joining = cluster.stop_waiting  # a stop does not wait for the workers' first compile
         joined.served_paths = paths
         yield joined
     finally:

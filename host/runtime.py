@@ -7,6 +7,7 @@ The one code path behind `astrid mcp serve` and `astrid resources list/read`
     runtime.start(background=True)     # returns at once; loading runs on a thread
     runtime.wait_ready(60)             # what requests do before they go out
     runtime.list_resources()           # a call to the broker (no bus)
+    runtime.stop_loading()             # a server stopping: a first compile under way ends now
     runtime.close()
 
 Each principal gets its own `BrokerClient` on first use (`client_for`): the
@@ -78,8 +79,11 @@ class RuntimeConfig:
     # in the SQLite file as on one machine (the local workers of `--workers` share that file).
     kv_on_bus: bool = True
     # Called (on the loading thread) before this process joins the bus: `--workers` waits there
-    # for its capsule hosts, so the first list already has their capsules.
-    before_join: Callable[[], None] | None = None
+    # for its capsule hosts, so the first list already has their capsules. False: do not join.
+    before_join: Callable[[], bool] | None = None
+    # Called when the server stops while `before_join` waits: it returns False at once (no wait for
+    # the capsule hosts' first compile), and this process serves nothing.
+    stop_joining: Callable[[], None] | None = None
     # The publishers the operator trusts and who owns which URI namespace
     # (docs/publishing.md); None: the user's trust file.
     trust_file: Path | None = None
@@ -138,6 +142,16 @@ class Status:
         return status
 
 
+LOAD_STOP_WAIT_S = 2.0  # how long a close waits for a load it stopped (it ends in milliseconds)
+
+
+def stop_compiling(kernel: Any) -> None:
+    """The kernel compiles nothing more, and a compile under way is killed (no lock taken)."""
+    cache = getattr(kernel, "cache", None)  # a test's stand-in kernel may have none
+    if cache is not None:
+        cache.stop()
+
+
 class CapsuleKernel(Protocol):
     """What the runtime needs of a kernel: `kernel.Kernel`, or a test's stand-in."""
 
@@ -185,8 +199,8 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
     url = config.bus_url
     if url is None:
         return Kernel(kernel_config)
-    if config.before_join is not None:
-        config.before_join()
+    if config.before_join is not None and not config.before_join():
+        return Kernel(kernel_config)  # stopped while it waited: no bus to join (nor its first beat to wait for)
     # Imported here: a server on the in-memory bus never loads NATS (start-up time).
     from astrid.host.bus.nats import NatsBus
     from astrid.host.capabilities.kv_nats import NatsKvStore
@@ -267,6 +281,9 @@ class Runtime:
         self._grant_watcher: ValueWatcher[dict[str, tuple[str, ...]] | None] | None = None
         self._mount_lines = LogThrottle(WATCH_TUNING.mount_line_every_s)
         self._closed = False
+        self._stopping = False  # a stop was asked: a load under way ends now, nothing is announced
+        self._loader: threading.Thread | None = None
+        self._handover = threading.Lock()  # the kernel is closed by `close` or, made after it, by `_start`
         # source-id -> name of every capsule loaded so far: the broker names capsules by it
         self._names: dict[str, str] = {}
         self._gauges: list[Callable[[], None]] = []  # --metrics: what stops the gauges this runtime answers
@@ -275,7 +292,8 @@ class Runtime:
 
     def start(self, *, background: bool = True) -> None:
         if background:
-            threading.Thread(target=self._start, name="astrid-load", daemon=True).start()
+            self._loader = threading.Thread(target=self._start, name="astrid-load", daemon=True)
+            self._loader.start()
         else:
             self._start()
             if self._error is not None:
@@ -285,7 +303,13 @@ class Runtime:
         started = time.perf_counter()
         try:
             kernel = self._kernel_factory(self.config)
-            self.kernel = kernel
+            with self._handover:
+                if self._closed:  # closed while the kernel was made (a bus, `--workers`): it serves nothing
+                    kernel.close()
+                    return
+                self.kernel = kernel
+            if self._stopping:  # `stop_loading` came while the kernel was made: it compiles nothing
+                stop_compiling(kernel)
             if hasattr(kernel, "loaded"):
                 self._gauges.append(watch_kernel(kernel))
             self._gauges.append(metrics.watch("astrid_principals", metrics.one(lambda: len(self._clients))))
@@ -305,7 +329,10 @@ class Runtime:
             report = kernel.start()
             self._record(report, time.perf_counter() - started)
         except Exception as exc:  # reported to every request, and on stderr
-            log.exception("the kernel failed to start")
+            if self._stopping:  # cut short by the stop: nobody waits for this load any more
+                log.debug("the kernel's start ended by the stop", exc_info=True)
+            else:
+                log.exception("the kernel failed to start")
             self._error = f"{type(exc).__name__}: {exc}"
         finally:
             self._ready.set()
@@ -328,6 +355,21 @@ class Runtime:
     @property
     def ready(self) -> bool:
         return self._ready.is_set() and self._error is None
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked (`stop_loading`, `close`): what loads from now on is not announced."""
+        return self._stopping
+
+    def stop_loading(self) -> None:
+        """The server is stopping: a load under way ends now, a compile in progress is killed and
+        none starts (its capsules are reported not loaded), a wait for capsule hosts ends. Safe in
+        a signal handler: it takes no lock the main thread may hold."""
+        self._stopping = True
+        if self.kernel is not None:  # else `_start` sees the flag once the kernel is made
+            stop_compiling(self.kernel)
+        elif self.config.stop_joining is not None:
+            self.config.stop_joining()
 
     def reload(self) -> Status:
         """Rescan the capsule folders (the kernel announces a changed set)."""
@@ -440,7 +482,16 @@ class Runtime:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        self.stop_loading()
+        with self._handover:
+            self._closed = True
+        loader = self._loader
+        if loader is not None and self.kernel is not None:
+            # a load cut short ends within milliseconds; bounded, as an in-process compile cannot be cut
+            loader.join(LOAD_STOP_WAIT_S)
+        if not self._ready.is_set():  # still making its kernel (`--workers`, a bus): who waits is let go
+            self._error = "the server stopped before its capsules loaded"
+            self._ready.set()
         for forget in self._gauges:
             forget()
         if self._watcher is not None:

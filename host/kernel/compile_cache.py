@@ -6,10 +6,14 @@ unsealed, altered or fails to deserialize (corrupt, truncated, from another
 wasmtime) is deleted and recompiled, never trusted. Large components are compiled in a child process: an in-process
 compile of a Python capsule leaves ~300 MB of RSS behind for good. A warm start takes the digests it
 computed before from the sealed memo (`digest_memo.py`) while the files are unchanged.
+
+A stopping server does not wait for a compile (5-10 s for a Python capsule): `stop()` kills the child
+compiling, whose output is a file of its own, moved into the cache only once it is whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,6 +29,7 @@ import platformdirs
 import wasmtime
 from wasmtime.component import Component
 
+from astrid.host.errors import CapsuleLoadError
 from astrid.host.kernel.cache_seal import CacheSeal
 from astrid.host.kernel.digest_memo import DigestMemo, identity_of
 from astrid.host.kernel.engine import WasmEngine, engine_key, shared_engine
@@ -32,6 +37,7 @@ from astrid.host.settings import CACHE_DIR_ENV, path_setting
 from astrid.host.tuning import KERNEL_TUNING
 
 log = logging.getLogger(__name__)
+events = logging.getLogger("astrid.events")  # what a server shows the operator
 
 MEMO_FILE = "known-files.json"  # the digest memo, beside the entries
 
@@ -43,6 +49,10 @@ def default_cache_dir() -> Path:
 def cache_key(wasm_sha256: str) -> str:
     """The entry name: the wasm's digest combined with the engine key."""
     return hashlib.sha256(f"{wasm_sha256}\0{engine_key()}".encode()).hexdigest()
+
+
+class CompileStopped(CapsuleLoadError):
+    """A component was not compiled: its cache was stopped (the server is stopping)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class CompileCache:
         self.seal = shared_seal()
         # under the seal's key, whichever seal this cache has when the memo is read or written
         self.memo = DigestMemo(self.directory / MEMO_FILE, lambda data: self.seal.mac_bytes(data))
+        self._stopped = False
+        self._workers: set[subprocess.Popen[bytes]] = set()  # the compiles running in child processes
+        self._workers_lock = threading.Lock()
 
     def entry_path(self, wasm_sha256: str) -> Path:
         return self.directory / f"{cache_key(wasm_sha256)}.cwasm"
@@ -91,7 +104,7 @@ class CompileCache:
             with _entry_lock(entry):
                 component = self._cached(entry)  # another load may have compiled it meanwhile
                 if component is None:
-                    compiled = self._compile_and_store(wasm, entry)
+                    compiled = self._compile_and_store(wasm, entry, Path(wasm_path).name)
                     return LoadedComponent(compiled, wasm_sha, False, time.perf_counter() - started)
         return LoadedComponent(component, wasm_sha, True, time.perf_counter() - started)
 
@@ -112,7 +125,7 @@ class CompileCache:
         entry = self.entry_path(hashlib.sha256(wasm).hexdigest())
         with _entry_lock(entry):
             if not self._trusted(entry):
-                self._compile_and_store(wasm, entry)
+                self._compile_and_store(wasm, entry, Path(wasm_path).name)
         return entry if entry.exists() else None
 
     def _trusted(self, entry: Path) -> bool:
@@ -125,42 +138,102 @@ class CompileCache:
         self.seal.discard(entry)
         return False
 
-    def _compile_and_store(self, wasm: bytes, entry: Path) -> Component:
-        engine = self.wasm_engine.engine
-        if len(wasm) > KERNEL_TUNING.in_process_compile_max_bytes and self._compile_in_child(wasm, entry):
-            self.seal.sign(entry, self.memo)
-            try:
-                return Component.deserialize_file(engine, str(entry))
-            except wasmtime.WasmtimeError as exc:
-                log.warning("freshly compiled %s is unusable (%s); compiling in process", entry.name, last_line(exc))
-                self.seal.discard(entry)
-        component = Component(engine, wasm)
+    def stop(self) -> None:
+        """Compile nothing more: a compile in a child process is killed now, and a load that needs
+        one raises `CompileStopped`. For good (a stopping server). Takes no lock: safe in a signal
+        handler."""
+        self._stopped = True
+        for worker in list(self._workers):  # a copy: a compile may end meanwhile
+            worker.kill()
+
+    def _compile_and_store(self, wasm: bytes, entry: Path, name: str) -> Component:
+        if len(wasm) > KERNEL_TUNING.in_process_compile_max_bytes:
+            compiled = self._compiled_in_child(wasm, entry, name)
+            if compiled is not None:
+                return compiled
+        self._refuse_if_stopped(name)  # a child killed by `stop()` is no reason to compile here
+        component = Component(self.wasm_engine.engine, wasm)
         self._store(entry, component.serialize())
         return component
 
+    def _compiled_in_child(self, wasm: bytes, entry: Path, name: str) -> Component | None:
+        """Compiled in a child process and stored in `entry`; None when that did not work."""
+        self._refuse_if_stopped(name)
+        events.info(
+            "compiling %s (once per build: cached afterwards)...",
+            name,
+            extra={"event": "compiling", "fields": {"component": name, "bytes": len(wasm)}},
+        )
+        if not self._compile_in_child(wasm, entry):
+            return None
+        self.seal.sign(entry, self.memo)
+        try:
+            return Component.deserialize_file(self.wasm_engine.engine, str(entry))
+        except wasmtime.WasmtimeError as exc:
+            log.warning("freshly compiled %s is unusable (%s); compiling in process", entry.name, last_line(exc))
+            self.seal.discard(entry)
+            return None
+
+    def _refuse_if_stopped(self, name: str) -> None:
+        if self._stopped:
+            raise CompileStopped(f"{name}: not compiled: stopping")
+
     def _compile_in_child(self, wasm: bytes, entry: Path) -> bool:
+        """Compile into `entry` in a child process; False when that failed (compile in process instead)."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.directory, suffix=".wasm", delete=False) as source:
-                source.write(wasm)
-            try:
-                result = subprocess.run(
-                    # -P: not the working directory first on the module path (it may be a capsule
-                    # folder with an `astrid/` of its own, which would then run here, natively).
-                    [sys.executable, "-P", "-m", "astrid.host.kernel.compile_worker", source.name, str(entry)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-            finally:
-                os.unlink(source.name)
+            source = _new_file(self.directory, ".wasm", wasm)
         except OSError as exc:
             log.warning("cannot use the compile cache at %s (%s); compiling in memory", self.directory, exc)
             return False
-        if result.returncode != 0:
-            log.warning("compile worker failed: %s", result.stderr.strip().splitlines()[-1:] or "?")
+        output = None
+        try:
+            output = _new_file(self.directory, ".cwasm.partial", b"")  # the child's alone until it exits 0
+            if not self._run_worker(source, output):
+                return False
+            os.replace(output, entry)
+            return True
+        except OSError as exc:
+            log.warning("cannot use the compile cache at %s (%s); compiling in memory", self.directory, exc)
             return False
-        return entry.exists()
+        finally:
+            for leftover in (source, output):
+                if leftover is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(leftover)
+
+    def _run_worker(self, source: str, output: str) -> bool:
+        """Run the compile worker until it exits; True when it wrote `output` whole."""
+        with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a long trace cannot block the child
+            worker = subprocess.Popen(
+                # -P: not the working directory first on the module path (it may be a capsule
+                # folder with an `astrid/` of its own, which would then run here, natively).
+                [sys.executable, "-P", "-m", "astrid.host.kernel.compile_worker", source, output],
+                stdin=subprocess.PIPE,  # the worker exits when this closes: it never outlives us
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                # not in the terminal's process group: a Ctrl-C is ours to act on, in order
+                start_new_session=True,
+            )
+            with self._workers_lock:
+                self._workers.add(worker)
+            try:
+                if self._stopped:  # `stop()` may have looked before this worker was added
+                    worker.kill()
+                code = worker.wait()
+            finally:
+                with self._workers_lock:
+                    self._workers.discard(worker)
+                if worker.poll() is None:  # we were interrupted (KeyboardInterrupt on the main thread)
+                    worker.kill()
+                    worker.wait()
+                assert worker.stdin is not None
+                worker.stdin.close()
+            if code != 0 and not self._stopped:
+                errors.seek(0)
+                said = errors.read().decode(errors="replace").strip().splitlines()
+                log.warning("compile worker failed: %s", said[-1] if said else f"exit status {code}")
+        return code == 0
 
     def _store(self, entry: Path, data: bytes | bytearray) -> None:
         try:
@@ -194,6 +267,13 @@ def file_sha256(path: Path) -> str:
     """The file's sha256, read in chunks (no copy of the whole file in memory)."""
     with Path(path).open("rb") as source:
         return hashlib.file_digest(source, "sha256").hexdigest()
+
+
+def _new_file(directory: Path, suffix: str, data: bytes) -> str:
+    """A new file of our own in `directory`, holding `data`; its path."""
+    with tempfile.NamedTemporaryFile(dir=directory, suffix=suffix, delete=False) as made:
+        made.write(data)
+    return made.name
 
 
 def write_atomically(path: Path, data: bytes | bytearray) -> None:

@@ -19,6 +19,8 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import h11
@@ -79,11 +81,18 @@ def guarded_protocol(guard: ConnectionGuard) -> type[GuardedH11Protocol]:
 
 
 class GuardedServer(uvicorn.Server):
-    """uvicorn's server with the guard's sweep and quiet accept errors on its loop."""
+    """uvicorn's server with the guard's sweep and quiet accept errors on its loop; `on_exit` runs on
+    the first Ctrl-C or SIGTERM, in the signal handler (it must take no lock)."""
 
-    def __init__(self, config: uvicorn.Config, guard: ConnectionGuard) -> None:
+    def __init__(self, config: uvicorn.Config, guard: ConnectionGuard, on_exit: Callable[[], None]) -> None:
         super().__init__(config)
         self.guard = guard
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:  # at the signal, not once the requests in flight are done
+            self.on_exit()
+        super().handle_exit(sig, frame)
 
     async def serve(self, sockets=None) -> None:
         loop = asyncio.get_running_loop()

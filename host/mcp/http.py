@@ -3,7 +3,7 @@
     settings = HttpSettings(host="127.0.0.1", port=8000, verifier=BearerVerifier(store))
     listener = HttpListener(server, settings)     # binds the socket: the URL is known
     listener.url                                  # http://127.0.0.1:8000/mcp
-    listener.serve()                              # blocks until interrupted
+    listener.serve(on_exit=runtime.stop_loading)  # until interrupted; on_exit at the first signal
 
 The SDK's `streamable_http_app` serves `/mcp` on uvicorn: handshake-era
 (2025-11-25) sessions and 2026-07-28 stateless requests side by side. What
@@ -28,6 +28,7 @@ astrid adds:
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -136,7 +137,8 @@ class HttpListener:
             self.sessions, path=MCP_PATH, verifier=settings.verifier, resource_url=self.url, issuer=settings.issuer
         )
 
-    def serve(self) -> None:
+    def serve(self, on_exit: Callable[[], None]) -> None:
+        """Until Ctrl-C or SIGTERM; `on_exit` runs on the first one, in the signal handler."""
         logging: dict[str, Any] = {} if self.settings.uvicorn_log_config else {"log_config": None}
         config = uvicorn.Config(
             self.app,
@@ -149,7 +151,7 @@ class HttpListener:
             timeout_keep_alive=max(1, round(self.settings.limits.keep_alive_s)),
             timeout_graceful_shutdown=3,
         )
-        GuardedServer(config, self.guard).run(sockets=[self.socket])
+        GuardedServer(config, self.guard, on_exit).run(sockets=[self.socket])
 
     def close(self) -> None:
         self.socket.close()

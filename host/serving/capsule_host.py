@@ -4,7 +4,8 @@ answers the broker's requests that reach it over NATS (docs/nats.md).
     with CapsuleHost(config, telemetry) as hosting:
         started = hosting.start_telemetry()
         status = hosting.start(watch=True)    # the capsules on the bus, the watchers running
-        hosting.wait_for_stop()               # until SIGINT or SIGTERM (a second one exits at once)
+        if not hosting.stopped:               # (a signal while they loaded: a compile under way was killed)
+            hosting.wait_for_stop()           # until SIGINT or SIGTERM (a second one exits at once)
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from astrid.host.runtime import RuntimeConfig, Status, capsule_folder_watcher, make_kernel, reloader, watch_kernel
+from astrid.host.runtime import (
+    RuntimeConfig,
+    Status,
+    capsule_folder_watcher,
+    make_kernel,
+    reloader,
+    stop_compiling,
+    watch_kernel,
+)
 from astrid.host.serving.signals import stop_signal_pipe
 from astrid.host.serving.telemetry import Telemetry, TelemetryStarted
 from astrid.host.tuning import WATCH_TUNING
@@ -29,6 +38,7 @@ class CapsuleHost:
         self.watching_folders = False
         self._stopping: list[Callable[[], None]] = []  # run in reverse on close
         self._stop_signal: int | None = None
+        self.stopped = False  # a first SIGINT or SIGTERM came
 
     def __enter__(self) -> CapsuleHost:
         self._stopping.append(self.telemetry.close)
@@ -39,11 +49,19 @@ class CapsuleHost:
 
     def start(self, *, watch: bool) -> Status:
         """Load the capsules and join the bus; watch what their reads touched and, with `watch`,
-        their folders. From here on SIGINT and SIGTERM stop it (`wait_for_stop` returns)."""
+        their folders. From here on SIGINT and SIGTERM stop it (`wait_for_stop` returns); one that
+        comes while the capsules load kills a compile under way and ends the start (`stopped`)."""
+        # Before anything: a supervisor (serve's --workers) may stop us during a first compile, and
+        # SIGTERM's default action would skip the stop in order.
+        self._stop_signal = stop_signal_pipe(on_first=self._stop)
         kernel = self.kernel = make_kernel(self.config, role="capsules")
         self._stopping.append(kernel.close)
+        if self.stopped:  # while the kernel was made: it compiles nothing
+            stop_compiling(kernel)
         self._stopping.append(watch_kernel(kernel))
         status = Status.of(kernel.start())
+        if self.stopped:
+            return status
         # A change to a file a resource read touched updates that resource for its subscribers
         # (the folders those reads looked under are polled; the MCP server's broker checks the news).
         files = MountWatcher(
@@ -55,10 +73,13 @@ class CapsuleHost:
             # servers on the bus re-list (clients whose URIs changed get list_changed).
             self._running(capsule_folder_watcher(self.config, reloader(kernel, status), WATCH_TUNING.interval_s))
             self.watching_folders = True
-        # Before the caller says it hosts: whoever waits for that (serve's --workers, a supervisor)
-        # may stop us the moment it shows, and SIGTERM's default action would skip the stop in order.
-        self._stop_signal = stop_signal_pipe()
         return status
+
+    def _stop(self) -> None:
+        """In the first signal's handler: a flag, and the compile's child process killed (no lock)."""
+        self.stopped = True
+        if self.kernel is not None:
+            stop_compiling(self.kernel)
 
     def _running(self, watcher: MountWatcher | FolderWatcher) -> None:
         watcher.start()

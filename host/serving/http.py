@@ -4,6 +4,9 @@ with HttpServing(config, http, telemetry) as serving:   # binds the address (Ser
     started = serving.start_telemetry()
     serving.start(watch=True, on_ready=..., on_failed=...)
     interrupted = serving.run()                         # until Ctrl-C or SIGTERM (uvicorn's shutdown)
+
+The shutdown does not wait for a first compile under way: it is killed at the
+signal (and cached only when whole, so the next start compiles again).
 """
 
 from __future__ import annotations
@@ -126,7 +129,9 @@ class HttpServing:
     def run(self) -> bool:
         """Serve until stopped; True when a Ctrl-C (or a SIGTERM made one) stopped it."""
         try:
-            self.listener.serve()  # uvicorn stops on the first Ctrl-C, then re-raises it
+            # uvicorn stops on the first Ctrl-C, then re-raises it; the load stops at once, so
+            # the requests in flight wait on no compile
+            self.listener.serve(on_exit=self.runtime.stop_loading)
         except KeyboardInterrupt:
             return True
         return False

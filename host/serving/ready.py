@@ -25,7 +25,7 @@ def when_ready(
     runtime: Runtime, *, watch: bool, on_ready: Callable[[Ready], None], on_failed: Callable[[str], None]
 ) -> None:
     """In a thread of its own: wait for the load, start the watchers, then `on_ready`
-    (`on_failed` with why when the capsules could not be loaded; nothing once the runtime closed)."""
+    (`on_failed` with why when the capsules could not be loaded; nothing once the server is stopping)."""
     threading.Thread(
         target=_after_load, args=(runtime, watch, on_ready, on_failed), name="astrid-ready", daemon=True
     ).start()
@@ -37,7 +37,10 @@ def _after_load(
     try:
         runtime.wait_ready(LOAD_WAIT_S)
     except BackendNotReady as exc:
-        on_failed(str(exc))
+        if not runtime.stopping:
+            on_failed(str(exc))
+        return
+    if runtime.stopping:  # stopped while loading: the capsules it cut short are no news
         return
     resources = _resource_count(runtime) if runtime.principal is not None else None
     if runtime.closed:  # the client left while we were loading

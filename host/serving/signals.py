@@ -60,9 +60,10 @@ def sigterm_as_ctrl_c() -> None:
         signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
 
 
-def stop_signal_pipe() -> int:
-    """Handle SIGINT and SIGTERM from now on; returns the pipe end that gets a byte on the first one.
-    After it, a second one exits at once (a stop that hangs can be cut short)."""
+def stop_signal_pipe(on_first: Callable[[], None] = lambda: None) -> int:
+    """Handle SIGINT and SIGTERM from now on; returns the pipe end that gets a byte on the first one,
+    which also calls `on_first` (in the handler: it must take no lock). After it, a second one exits
+    at once (a stop that hangs can be cut short)."""
     woken, wake = os.pipe()
     if hasattr(os, "set_blocking"):  # POSIX (a Windows pipe holds the one byte anyway)
         os.set_blocking(wake, False)
@@ -70,6 +71,7 @@ def stop_signal_pipe() -> int:
     def first(signum: int, frame: object) -> None:
         for stopping in STOP_SIGNALS:
             signal.signal(stopping, exit_at_once)
+        on_first()
         # a full pipe already holds the byte that wakes the reader
         with contextlib.suppress(OSError):
             os.write(wake, b"x")

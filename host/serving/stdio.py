@@ -6,9 +6,11 @@
         interrupted = serving.run()                         # until end of input, or Ctrl-C
 
 Ctrl-C ends the input as Ctrl-D does: the requests already read are answered,
-then `run` returns (a second Ctrl-C exits at once). With `sigterm_stops`
-(the capsules run in `--workers` processes) SIGTERM stops the same way, so
-whoever started the workers stops them in order.
+then `run` returns (a second Ctrl-C exits at once). A first compile under way is
+killed rather than waited for, at the Ctrl-C or, once the answers are written, at
+the end of input (it is cached only when whole: the next start compiles again).
+With `sigterm_stops` (the capsules run in `--workers` processes) SIGTERM stops
+the same way, so whoever started the workers stops them in order.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ class StdioServing:
         telemetry: Telemetry | None = None,
         sigterm_stops: bool = False,
     ) -> None:
-        self.stop = InputStop(on_stop=on_stopping)  # on_stopping(requests still to answer), once
         self.runtime = Runtime(config)
+
+        def stopping(pending: int) -> None:  # on the loop, once a stop ended the input
+            self.runtime.stop_loading()  # the requests already read wait on no compile
+            on_stopping(pending)
+
+        self.stop = InputStop(on_stop=stopping)
         self.server = AstridMcpServer(
             self.runtime, limits=self.runtime.limits, resource_tools=resource_tools, client_trace=client_trace
         )

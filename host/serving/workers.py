@@ -158,6 +158,7 @@ class LocalCluster:
         self.workers: list[subprocess.Popen] = []
         self._ready: list[threading.Event] = []
         self._stopping = False
+        self._gave_up = False  # `stop_waiting`: serve stops before the workers host
         self._lock = threading.Lock()
 
     def url(self, role: str) -> str:
@@ -268,17 +269,27 @@ class LocalCluster:
                 self.relay(number, body)
         ready.set()  # ended: whoever waits looks at its exit status
 
-    def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Until every worker hosts its capsules; RuntimeError when one exits first or takes too long
-        (None: `CLI_TUNING.worker_ready_timeout_s`)."""
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Until every worker hosts its capsules (True), or `stop_waiting` (False); RuntimeError when
+        one exits first or takes too long (None: `CLI_TUNING.worker_ready_timeout_s`)."""
         if timeout_s is None:
             timeout_s = CLI_TUNING.worker_ready_timeout_s
         deadline = time.monotonic() + timeout_s
         for number, (process, ready) in enumerate(zip(self.workers, self._ready, strict=True), start=1):
             if not ready.wait(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"worker {number} did not start its capsules within {timeout_s:g} s")
+            if self._gave_up:
+                return False
             if process.poll() is not None:
                 raise RuntimeError(f"worker {number} exited (status {process.returncode}): see its lines above")
+        return True
+
+    def stop_waiting(self) -> None:
+        """`wait_ready` returns now: serve is stopping, and a first compile in the workers is no reason
+        to wait (`stop` stops them, compiling or not)."""
+        self._gave_up = True
+        for ready in self._ready:
+            ready.set()
 
     # -- stop --------------------------------------------------------------------------
 

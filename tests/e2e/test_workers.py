@@ -29,7 +29,7 @@ from astrid.host.errors import BusError
 from astrid.host.serving.workers import write_private
 from tests.e2e.builds import build, write_variant
 from tests.support.nats import capsule_host, nats_server
-from tests.support.processes import astrid_exe, run_astrid, serve_args, server_env
+from tests.support.processes import alive, all_gone, astrid_exe, run_astrid, serve_args, server_env, wait_for_text
 from tests.support.stdio import stdio_session
 
 DOCS_URI, PROBE_URI = "astrid://docs/index", "astrid://probe/note"
@@ -41,28 +41,6 @@ def started(log: str) -> tuple[int, int, list[int]]:
     found = BANNER.search(log)
     assert found, log
     return int(found[1]), int(found[2]), [int(pid) for pid in found[3].split(", ")]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by a parent still running) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def all_gone(pids: list[int], within_s: float = 15) -> list[int]:
-    """The pids still running after `within_s` (none, when nothing was left behind)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if alive(pid)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    return [pid for pid in pids if alive(pid)]
 
 
 @pytest.mark.anyio
@@ -191,13 +169,6 @@ def test_serve_stopped_by_a_signal_leaves_no_child(capsules, capsule_home, tmp_p
         for pid in children:  # never leave one to the next test, whatever failed
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def wait_for_text(log: Path, text: str, process: subprocess.Popen, timeout_s: float = 120, poll_s: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(poll_s)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import queue
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from astrid.host.toolpaths import tool_path
@@ -74,3 +75,57 @@ class LineReader:
             return self.lines.get(timeout=timeout_s)
         except queue.Empty:
             raise TimeoutError(f"no line within {timeout_s} s") from None
+
+
+def wait_for_text(log: Path, text: str, process: subprocess.Popen, timeout_s: float = 120, poll_s: float = 0.1) -> None:
+    """Until `text` is in the file `log` (what `process` writes); fails when it exits or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(poll_s)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by a parent still running) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def all_gone(pids: list[int], within_s: float = 15) -> list[int]:
+    """The pids still running after `within_s` (none, when nothing was left behind)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> command line of every process below `pid` (Linux: read from /proc)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(") ", 1)[1].split()[1])
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = commands.get(child, "")
+                frontier.append(child)
+    return found
