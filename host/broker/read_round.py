@@ -12,7 +12,9 @@ was drained into the outcome, by the routing rules of docs/contract/resources.md
 - any other URI (a family member) goes to the lexicographically first
   source-id that answered, whatever the timing, with an audit line per loser;
 - a reply from a capsule the URI authority does not let serve the URI (it is
-  outside its publisher's namespaces, or inside another's) is never taken.
+  outside its publisher's namespaces, or inside another's) is never taken;
+- the host's note that a capsule's handler did not return (`unanswered`) is
+  taken from the owner only: for any other URI that capsule did not answer.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from astrid.host.broker.names import NO_NAMES, CapsuleNames
 from astrid.host.broker.read_reply import check_read_reply
 from astrid.host.bus import Delivery, Message, Principal, Subscription
 from astrid.host.contract.outcomes import FailureCode, ReadOutcome
+from astrid.host.contract.resource import is_unanswered
 from astrid.host.limits import Limits
 from astrid.host.tuning import BROKER_TUNING
 
@@ -107,6 +110,14 @@ class Drain:
         if message.source_id in drained.replies:
             log.warning("second %s reply from %s for %s dropped", what, names.label(message.source_id), self.uri)
             return False
+        if message.source_id != self.preferred and _unanswered(message):
+            log.debug(
+                "%s of %s: %s did not answer (the host's note, not its owner's)",
+                what,
+                self.uri,
+                names.label(message.source_id),
+            )
+            return False
         if self.may_answer is not None and not self.may_answer(message.source_id):
             audit.warning(
                 "%s reply from %s for %s refused: outside the URI namespaces its capsule may serve (principal %s)",
@@ -136,6 +147,14 @@ class Drain:
     def result(self) -> Drained:
         self.drained.finished = self.delivery.finished
         return self.drained
+
+
+def _unanswered(message: Message) -> bool:
+    """The host's note that this capsule did not answer (`contract.resource.unanswered_reply`)."""
+    try:
+        return is_unanswered(message.parsed())
+    except (ValueError, RecursionError):
+        return False  # not JSON: taken, and refused as malformed when it decides the read
 
 
 def wait_for(collecting: Drain) -> Drained:

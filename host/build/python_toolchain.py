@@ -232,7 +232,8 @@ def explain_failure(output: str, folder: Path, site: Site | None = None) -> str:
     where = ""
     frames = _GUEST_FILE.findall(head)
     if frames:
-        index, relative, line = frames[-1]
+        # the deepest frame of the author's code or a pinned package, not the SDK's guard that raised
+        index, relative, line = next((f for f in reversed(frames) if f[0] != "1"), frames[-1])
         roots = {"0": folder, "1": SDK_DIR, "2": site.site_packages if site is not None else None}
         root = roots.get(index)
         where = f"{shown(root / relative) if root else relative}:{line}: "

@@ -163,6 +163,24 @@ def read_request(uri: str, correlation_id: str) -> tuple[str, dict[str, str]]:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False), value
 
 
+# A read reply the host sends for a capsule whose handler did not return (kernel/failed_reads.py):
+# it says why, but it is no answer. The broker takes it only from the URI's listed or template owner;
+# for any other URI a crashing capsule must not turn "no such resource" into its error, nor win a family
+# member's read. A capsule that sets it itself only weakens its own reply.
+UNANSWERED_FIELD = "unanswered"
+
+
+def unanswered_reply(uri: str, error: str) -> str:
+    """The host's reply for a capsule that did not answer a read of `uri`: no contents, `error`, marked."""
+    value = {UNANSWERED_FIELD: True, "uri": uri, "contents": [], "error": error}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def is_unanswered(reply: object) -> bool:
+    """True for a reply's JSON value that `unanswered_reply` made (or a capsule marked so)."""
+    return isinstance(reply, dict) and reply.get(UNANSWERED_FIELD) is True
+
+
 class ReadResponse(WireModel):
     uri: str
     contents: list[ResourceChunk] = []

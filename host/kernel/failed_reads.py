@@ -5,15 +5,15 @@ sandbox in quarantine ends a capsule's call before it replies; the broker
 would see only that the capsule "finished without answering". So the kernel
 answers for it, on the read's reply topic and as the capsule (its manifest
 must allow the reply, as for its own): a read-response with no contents and
-an error in one line. The broker checks it as any reply of the capsule (the
-first reply of a capsule wins: one the guest sent before it trapped stays).
+an error in one line, marked `unanswered` (contract/resource.py). The broker
+takes it only from the URI's owner, and as any reply of the capsule (the first
+reply of a capsule wins: one the guest sent before it trapped stays).
 """
 
 from __future__ import annotations
 
-import json
-
 from astrid.host.bus import Message
+from astrid.host.contract.resource import unanswered_reply
 from astrid.host.contract.topics import READ_REPLY_PREFIX, READ_REQUEST_TOPIC
 from astrid.host.kernel.sandbox import CallOutcome, CallStatus
 
@@ -45,6 +45,6 @@ def failed_read_reply(
     uri, correlation_id = request.get("uri"), request.get("correlation_id")
     if not isinstance(uri, str) or not isinstance(correlation_id, str):
         return None
-    error = why_unanswered(capsule, outcome, handler, window_s)
-    payload = json.dumps({"uri": uri, "contents": [], "error": error}, separators=(",", ":"), ensure_ascii=False)
-    return READ_REPLY_PREFIX + correlation_id, payload
+    return READ_REPLY_PREFIX + correlation_id, unanswered_reply(
+        uri, why_unanswered(capsule, outcome, handler, window_s)
+    )

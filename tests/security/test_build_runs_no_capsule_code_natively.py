@@ -220,7 +220,10 @@ def test_a_top_level_that_fails_in_webassembly_fails_the_build_in_one_line(tmp_p
         (SDK_DIR / PLANTED).unlink(missing_ok=True)
     assert build.returncode == 1, build.stdout + build.stderr
     errors = [text for text in build.stderr.splitlines() if text.startswith("error:")]
-    expected = f"error: loud/app.py:{line}: FileNotFoundError: [Errno 44] No such file or directory: '{marker}'"
+    expected = (
+        f"error: loud/app.py:{line}: SandboxError: open({str(marker)!r}): a capsule has no file system: "
+        "read files with ctx.fs, after the operator grants fs to the capsule"
+    )
     assert errors == [expected], build.stderr
     assert not (folder / PLANTED).exists(), "the build let app.py write into the capsule folder"
     assert not (folder / "__pycache__").exists()
@@ -254,7 +257,7 @@ def test_listing_from_inside_a_capsule_folder_runs_none_of_it(sneaky: Built, tmp
     (inside / "astrid" / "__init__.py").write_text(SHADOW.format(marker=str(marker)))
     env = {**os.environ, "ASTRID_CACHE_DIR": str(tmp_path / "empty-compile-cache")}  # so it compiles, in a worker
     listed = subprocess.run(
-        [astrid_exe(), "capsule", "list"], cwd=inside, env=env, capture_output=True, text=True, timeout=300
+        [astrid_exe(), "capsule", "list", "."], cwd=inside, env=env, capture_output=True, text=True, timeout=300
     )
     assert not marker.exists(), "astrid capsule list ran the capsule folder's astrid/ package, natively"
     assert listed.returncode == 0 and "  status: loads" in listed.stdout, listed.stdout + listed.stderr

@@ -173,6 +173,7 @@ async def test_a_missing_or_broken_capsule_home_is_not_fatal(bundled, hostile_wa
         assert (await served.text("astrid://docs/index")).startswith("# ")
         if home_kind == "broken-capsules":
             assert await served.text("astrid://fine/ok") == "hostile ok for alice"
+        await served.said("ready in")  # the banner, with the capsules not loaded, before the client leaves
     log = served.log()
     assert not TRACEBACK.search(log), log
     if home_kind == "broken-capsules":

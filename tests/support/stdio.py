@@ -29,6 +29,12 @@ class StdioSession:
     def log(self) -> str:
         return self.stderr.read_text(encoding="utf-8", errors="replace")
 
+    async def said(self, text: str, timeout_s: float = 30) -> None:
+        """Wait until the server's stderr holds `text` (its banner is written by a thread of its own)."""
+        with anyio.fail_after(timeout_s):
+            while text not in self.log():
+                await anyio.sleep(0.05)
+
     def rearm(self) -> None:
         self.changed = anyio.Event()
 
