@@ -44,6 +44,10 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         ("astrid capsule new notes", "astrid capsule new notes --dir ~/caps"),
     ),
     "capsule build": ("Build a capsule folder into a component.", ("astrid capsule build notes",)),
+    "capsule dev": (
+        "Serve a capsule from its sources, live on every save.",
+        ("astrid capsule dev notes", "astrid capsule dev notes --http 8000"),
+    ),
     "capsule list": ("List capsules and whether they load.", ("astrid capsule list -v notes", "astrid capsule list")),
     "capsule grant": (
         "Let a capsule use a capability.",

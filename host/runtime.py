@@ -84,6 +84,11 @@ class RuntimeConfig:
     trust_file: Path | None = None
     # Resource subscriptions: the announcement rate the broker allows a capsule (docs/contract/subscriptions.md §11).
     subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS
+    # Dev mode (`astrid capsule dev`, serving/dev.py): the sources a folder is served from instead of its
+    # component (the kernel's `KernelConfig.dev_sources`); None: every folder serves its build.
+    dev_sources: Callable[[Path], Any] | None = None
+    # How often hot reload polls the capsule folders (dev mode: more often).
+    folder_poll_s: float = WATCH_TUNING.interval_s
 
 
 @dataclass
@@ -92,7 +97,8 @@ class CapsuleSummary:
     source_id: str
     folder: Path
     provenance: Provenance | None = None  # None: a stand-in kernel said nothing
-    digest: str | None = None  # sha256:<hex> of the component
+    digest: str | None = None  # sha256:<hex> of the component (dev mode: of its sources)
+    dev: bool = False  # served in dev mode (`astrid capsule dev`): its sources, not a build
 
     @classmethod
     def of(cls, result) -> CapsuleSummary:
@@ -103,6 +109,7 @@ class CapsuleSummary:
             result.folder,
             getattr(result, "provenance", None),
             getattr(result, "digest", None),
+            bool(getattr(result, "dev", False)),
         )
 
     def identity_line(self) -> str:
@@ -110,7 +117,8 @@ class CapsuleSummary:
         who = self.provenance.label() if self.provenance is not None else "local, unsigned"
         namespaces = ", ".join(self.provenance.namespaces) if self.provenance is not None else ""
         digest = f", {self.digest[:19]}" if self.digest else ""
-        return f"{self.name}: {who}{digest}" + (f", namespaces {namespaces}" if namespaces else "")
+        dev = ", dev mode (its sources, not a build)" if self.dev else ""
+        return f"{self.name}: {who}{digest}" + (f", namespaces {namespaces}" if namespaces else "") + dev
 
 
 @dataclass
@@ -180,6 +188,7 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
         kv_file=config.kv_file,
         vet=vetter(trust),
         vet_epoch=trust.signature,
+        dev_sources=config.dev_sources,
     )
     url = config.bus_url
     if url is None:
@@ -337,10 +346,12 @@ class Runtime:
         self._record(report, time.perf_counter() - started)
         return self.status
 
-    def watch_folders(self, interval_s: float = WATCH_TUNING.interval_s) -> FolderWatcher:
-        """Hot reload: reload when a file under a capsule path changes."""
+    def watch_folders(self, interval_s: float | None = None) -> FolderWatcher:
+        """Hot reload: reload when a file under a capsule path changes (polled every `interval_s`,
+        by default the config's `folder_poll_s`)."""
         if self._watcher is None:
-            self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, interval_s)
+            every = interval_s if interval_s is not None else self.config.folder_poll_s
+            self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, every)
             self._watcher.start()
         return self._watcher
 
@@ -474,7 +485,11 @@ class Runtime:
             return client
 
     def client_if_made(self, principal: str) -> BrokerClient | None:
-        """The principal's client when `client_for` made it already; never waits (an event loop asks)."""
+        """The principal's client when `client_for` made it already and the capsules are loaded; never waits
+        (an event loop asks). Before the load ends it is None: the default principal's client exists from the
+        start, and a request it took then would find no capsule yet instead of waiting for them."""
+        if not self.ready:
+            return None
         return self._clients.get(principal)  # one dict read, atomic: no lock to wait on
 
     def _new_client(self, principal: str) -> BrokerClient:
@@ -596,7 +611,7 @@ def _reload_line(before: Mapping[Path, CapsuleSummary], after: Mapping[Path, Cap
         if old is None:
             changes.append(f"loaded {capsule.name}")
         elif old.source_id != capsule.source_id:
-            changes.append(f"reloaded {capsule.name} (a new build)")
+            changes.append(f"reloaded {capsule.name} ({'new sources, dev mode' if capsule.dev else 'a new build'})")
     for folder, capsule in sorted(before.items(), key=lambda item: item[1].name):
         if folder not in after:
             changes.append(f"unloaded {capsule.name}")
