@@ -34,6 +34,10 @@ SITE_ROOT = "site/"
 SOURCE_SUFFIX = ".py"
 SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
 SOURCES_FORMAT = "astrid-dev-sources-1"  # in the digest: bump when what it covers changes
+# The WIT the dev runner imports the sources through (wit/deps/astrid-dev): the loader refuses it to any
+# component but the runner, and `astrid capsule pack` refuses a component that imports it.
+DEV_PACKAGE = "astrid:dev@1.0.0"
+DEV_SOURCES_IMPORT = "astrid:dev/sources@1.0.0"
 
 
 @dataclass(frozen=True)

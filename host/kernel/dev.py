@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import wasmtime
 
 from astrid.host.capsule.provenance import LOCAL, source_id_for
-from astrid.host.capsule.sources import DevSources
+from astrid.host.capsule.sources import DEV_SOURCES_IMPORT, DevSources
 from astrid.host.errors import CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.loader import LoadedCapsule, check_interface
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from astrid.host.kernel.sandbox import Instance
 
 log = logging.getLogger(__name__)
-
-DEV_SOURCES_IMPORT = "astrid:dev/sources@1.0.0"
 
 
 def dev_source_id(name: str, runner_sha256: str, sources: DevSources) -> str:
