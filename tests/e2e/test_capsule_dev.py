@@ -20,6 +20,7 @@ from mcp import MCPError as McpError
 from astrid.host.build.dev_runner import dev_runner
 from astrid.host.kernel.compile_cache import CompileCache
 from tests.support.capsules import build_cache_dir
+from tests.support.http import http_server, http_session, text_of
 from tests.support.stdio import StdioSession, stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -153,3 +154,19 @@ async def test_a_failing_import_names_its_file_and_line_and_the_fix_is_served(
         assert "RuntimeError: not yet" in line, line
         (folder / "greeting.py").write_text('TEXT = "now it imports"\n', encoding="utf-8")
         await until_served(served, URI, "now it imports", time.monotonic())
+
+
+async def test_over_http_an_edit_is_served_too(runner_ready: Path, tmp_path: Path, capsule_home: Path) -> None:
+    folder = hello(tmp_path / "hello")
+    args = ["capsule", "dev", str(folder), "--principal", "alice", "--http", "127.0.0.1:0"]
+    with http_server(capsule_home=capsule_home, token_dir=tmp_path, args=args) as server:
+        assert "dev mode" in server.log()
+        async with http_session(server.url, None) as session:
+            with anyio.fail_after(EDIT_WAIT_S):
+                assert text_of(await session.read_resource(URI)) == "hello, version 1"
+            started = time.monotonic()
+            (folder / "greeting.py").write_text('TEXT = "hello over http"\n', encoding="utf-8")
+            with anyio.fail_after(EDIT_WAIT_S):
+                while text_of(await session.read_resource(URI)) != "hello over http":
+                    await anyio.sleep(0.02)
+            print(f"\ncapsule dev --http: an edit served after {time.monotonic() - started:.2f} s")
