@@ -170,3 +170,24 @@ async def test_over_http_an_edit_is_served_too(runner_ready: Path, tmp_path: Pat
                 while text_of(await session.read_resource(URI)) != "hello over http":
                     await anyio.sleep(0.02)
             print(f"\ncapsule dev --http: an edit served after {time.monotonic() - started:.2f} s")
+
+
+async def test_a_new_pin_in_requirements_txt_is_served_without_a_build(
+    runner_ready: Path, tmp_path: Path, capsule_home: Path, stderr_file: Path
+) -> None:
+    from tests.host.build.wheels import make_wheel
+
+    folder = hello(tmp_path / "hello")
+    for version in ("1.0", "2.0"):
+        make_wheel(folder / "wheels", "alpha", version, {"alpha/__init__.py": f'WORD = "alpha {version}"\n'})
+    pins = "--no-index\n--find-links wheels\nalpha=={}\n"
+    (folder / "requirements.txt").write_text(pins.format("1.0"), encoding="utf-8")
+    (folder / "greeting.py").write_text("from alpha import WORD as TEXT\n", encoding="utf-8")
+    args = ["capsule", "dev", str(folder), "--principal", "alice"]
+    async with stdio_session(capsule_home=capsule_home, stderr=stderr_file, args=args, init_timeout_s=60) as served:
+        with anyio.fail_after(120):
+            assert await served.text(URI) == "alpha 1.0"
+        started = time.monotonic()
+        (folder / "requirements.txt").write_text(pins.format("2.0"), encoding="utf-8")
+        seconds = await until_served(served, URI, "alpha 2.0", started)
+        print(f"\ncapsule dev: a new pin in requirements.txt served after {seconds:.2f} s (pip included)")
