@@ -353,6 +353,10 @@ class Runtime:
             every = interval_s if interval_s is not None else self.config.folder_poll_s
             self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, every)
             self._watcher.start()
+            if self.config.dev_sources is not None:
+                # Dev mode: a save between the load and the watcher's baseline is in that baseline, so the
+                # watcher never sees it change. One reload now serves it (nothing happens if nothing changed).
+                self._on_folders_changed()
         return self._watcher
 
     def watch_mounts(self, interval_s: float = WATCH_TUNING.interval_s) -> MountWatcher:

@@ -17,9 +17,6 @@ import anyio
 import pytest
 from mcp import MCPError as McpError
 
-from astrid.host.build.dev_runner import dev_runner
-from astrid.host.kernel.compile_cache import CompileCache
-from tests.support.capsules import build_cache_dir
 from tests.support.http import http_server, http_session, text_of
 from tests.support.stdio import StdioSession, stdio_session
 
@@ -72,15 +69,13 @@ def added(ctx):
 """
 
 
-@pytest.fixture(scope="session")
-def runner_ready() -> Path:
-    """The dev runner, built and compiled into the shared caches (what a first `capsule dev` does)."""
-    runner = dev_runner(build_cache_dir())
-    CompileCache().precompile(runner)
-    return runner
+@pytest.fixture
+def runner_ready(dev_runner_built: Path) -> Path:
+    return dev_runner_built
 
 
 def hello(folder: Path) -> Path:
+    """The test capsule: one resource whose text comes from greeting.py."""
     folder.mkdir(parents=True)
     (folder / "Capsule.toml").write_text(MANIFEST, encoding="utf-8")
     (folder / "app.py").write_text(APP.format(more=""), encoding="utf-8")
