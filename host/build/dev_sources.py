@@ -28,6 +28,10 @@ from astrid.host.kernel.dev import load_dev_capsule
 from astrid.host.kernel.oneshot import call_loaded
 
 
+class ManifestMismatch(CapsuleLoadError):
+    """Capsule.toml does not match what the code declares (the message names the lines to change)."""
+
+
 def read_dev_sources(folder: Path, runner: Path, build_cache: Path, progress: Progress | None = None) -> DevSources:
     """The folder as it is now: Capsule.toml, the packages requirements.txt pins (installed into the build
     cache once per file content) and every .py file. CapsuleLoadError in one line naming the file."""
@@ -60,5 +64,5 @@ def check_dev_sources(sources: DevSources, cache: CompileCache) -> list[str]:
     text = sources.manifest_bytes.decode("utf-8", "replace")
     result = check_manifest(sources.manifest, facts, text)
     if result.errors:
-        raise CapsuleLoadError(mismatch_message(sources.folder, result.errors))
+        raise ManifestMismatch(mismatch_message(sources.folder, result.errors))
     return result.warnings
