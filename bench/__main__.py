@@ -27,6 +27,8 @@ COUNTS = [int(n) for n in os.environ.get("BENCH_COUNTS", "1,5,20").split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "100"))
 COLD_RUNS = int(os.environ.get("BENCH_COLD_RUNS", "5"))
 HTTP_SECONDS = float(os.environ.get("BENCH_HTTP_SECONDS", "5"))
+# the edit loop's rounds: dev mode, full build (each build runs componentize-py: ~20-30 s)
+EDIT_ROUNDS = tuple(int(n) for n in os.environ.get("BENCH_EDIT_ROUNDS", "5,2").split(","))
 
 
 def astrid_exe() -> str:
@@ -127,6 +129,9 @@ def run() -> dict:
                 results["rss"] = json.loads(rss)
                 principals = tool("-m", "bench.principals", str(folder), "100", "256")
                 results["principals"] = json.loads(principals.strip().splitlines()[-1])
+    log(f"the edit loop: save app.py -> served, dev mode ({EDIT_ROUNDS[0]}x) and full build ({EDIT_ROUNDS[1]}x) ...")
+    edit = tool("-m", "bench.edit_loop", *map(str, EDIT_ROUNDS))
+    results["edit_loop"] = json.loads(edit.strip().splitlines()[-1])
     for count in COUNTS:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
@@ -206,6 +211,15 @@ def table(results: dict) -> str:
                 f"{measured['median_us']:.0f} ({measured['added_us']:+.0f}) | off: {off['median_us']:.0f} "
                 f"| {telemetry['ratios'][name]:.2f}x |"
             )
+    if "edit_loop" in results:
+        edit = results["edit_loop"]
+        dev, build = edit["dev"], edit["build"]
+        rows.append(
+            f"| edit loop: save app.py -> new content served, s median (min-max): `capsule dev` vs "
+            f"`capsule build` + hot reload | 1 | {dev['median_s']:.2f} ({dev['min_s']:.2f}-{dev['max_s']:.2f}) | "
+            f"build: {build['median_s']:.1f} ({build['min_s']:.1f}-{build['max_s']:.1f}) | "
+            f"{1 / edit['ratio']:.3f}x |"
+        )
     largest = max(results["counts"])
     smallest = min(results["counts"])
     for count in results["counts"]:

@@ -1,4 +1,4 @@
-"""`astrid capsule ...` commands: new, build, list (grant and revoke: `grant_cmd`)."""
+"""`astrid capsule ...` commands: new, build, dev, list (grant and revoke: `grant_cmd`)."""
 
 from __future__ import annotations
 
@@ -127,6 +127,8 @@ class _Progress:
         "componentize": "building with componentize-py",
         "compile": "compiling for wasmtime",
         "check": "checking Capsule.toml against the component",
+        "runner": "building the dev runner with componentize-py (once per astrid version)",
+        "precheck": "checking Capsule.toml against app.py in the dev runner",
     }
 
     def __init__(self, name: str) -> None:
@@ -235,6 +237,66 @@ def capsule_test(ctx: click.Context, path: Path, pytest_args: tuple[str, ...]) -
     # pytest keeps the log and shows it beside a failed test: this CLI's stderr handler would show it twice
     logging.root.handlers.clear()
     ctx.exit(run_capsule_tests(path, pytest_args))
+
+
+@capsule.command("dev")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option(
+    "--principal",
+    metavar="NAME",
+    default=None,
+    help="Serve as this user (default: the OS user running astrid).",
+)
+@click.option(
+    "--http",
+    "http_address",
+    metavar="[HOST:]PORT",
+    default=None,
+    help="Serve streamable HTTP at /mcp on loopback, without auth, instead of stdio (PORT 0 picks a free one).",
+)
+def capsule_dev(path: Path, principal: str | None, http_address: str | None) -> None:
+    """Serve the capsule at PATH from its sources, as `astrid mcp serve` serves a build, live on every save.
+
+    No build: one prebuilt runner component (built once per astrid version, cached)
+    imports the capsule's .py files and the packages requirements.txt pins from the
+    host when a sandbox starts, in the same sandbox, limits, grants and principal rules
+    as a built capsule. An edit of a .py file, requirements.txt or Capsule.toml is
+    served within a second or two; a syntax error, a failing import or a manifest that
+    does not match the code is shown with file:line, and the last good version keeps
+    serving. Dev mode is for writing a capsule: `astrid capsule build` makes what you
+    pack, sign and install.
+    """
+    from astrid.cli.mcp_cmd import BusOptions, _serve_stdio
+    from astrid.cli.observe import Observability
+
+    folder = path.resolve()
+    if not (folder / MANIFEST_NAME).is_file():
+        raise UserError(
+            f"{path}: no {MANIFEST_NAME} here; dev mode serves one capsule folder "
+            "(create one with `astrid capsule new NAME`)"
+        )
+    observing = Observability(False, None, False, "text", service="astrid")
+
+    def prepare(config) -> str:
+        from astrid.host.build.builder import BuildError
+        from astrid.host.serving.dev import DevFolder
+
+        progress = _Progress(folder.name)
+        try:
+            DevFolder.prepare(config, folder, progress)
+        except BuildError as exc:
+            progress.finish(failed=True)
+            raise UserError(str(exc)) from None
+        progress.finish()
+        return f"dev mode: {folder}, served from its sources, not a build; it cannot be packed or signed"
+
+    if http_address is None:
+        _serve_stdio((folder,), principal, True, False, BusOptions(None, None), observing, prepare=prepare)
+        return
+    from astrid.cli.http_serve import HttpOptions, serve_http
+
+    options = HttpOptions(address=http_address, no_auth=True, bus=BusOptions(None, None), client_trace="link")
+    serve_http((folder,), principal, True, options, observing, prepare=prepare)
 
 
 def _code_mismatch(folder: Path, manifest) -> list[str]:

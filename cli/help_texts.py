@@ -48,6 +48,10 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         "Run a capsule's tests with pytest, served in the sandbox.",
         ("astrid capsule test notes", "astrid capsule test notes -k hello -x"),
     ),
+    "capsule dev": (
+        "Serve a capsule from its sources, live on every save.",
+        ("astrid capsule dev notes", "astrid capsule dev notes --http 8000"),
+    ),
     "capsule list": ("List capsules and whether they load.", ("astrid capsule list -v notes", "astrid capsule list")),
     "capsule grant": (
         "Let a capsule use a capability.",

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,8 +21,10 @@ from astrid.cli import output
 from astrid.cli.connect_hint import http_config_command
 from astrid.cli.errors import UserError
 from astrid.cli.mcp_cmd import (
+    DEV_WATCHING_LINE,
     INTERRUPTED_EXIT,
     RESOURCE_TOOLS_LINE,
+    WATCHING_LINE,
     BusOptions,
     ready_lines,
     resolve_principal,
@@ -135,7 +138,11 @@ def serve_http(
     watch: bool,
     options: HttpOptions,
     observing: Observability,
+    *,
+    prepare: Callable[[Any], str] | None = None,
 ) -> None:
+    """`prepare(config)`: a change to the runtime's config (`astrid capsule dev`), returning what the
+    banner says of it."""
     from astrid.cli.http_limits import with_overrides
     from astrid.host.limits import HttpLimits
     from astrid.host.serving.http import HttpServeConfig, NoAuth
@@ -150,6 +157,7 @@ def serve_http(
     if not one_principal and principal is not None:
         raise UserError("--principal applies to stdio and --no-auth: with auth, each credential names its user")
     config = runtime_config(capsule_dirs, principal, options.max_sandboxes, options.bus, one_principal=one_principal)
+    mode = f" ({prepare(config)})" if prepare is not None else ""
     http = HttpServeConfig(
         host=host,
         port=port,
@@ -165,7 +173,7 @@ def serve_http(
     )
     with _listening(config, http, observing, options.address) as served:
         show_server_events()
-        _say(f"serving MCP resources at {served.url} (streamable HTTP)")
+        _say(f"serving MCP resources at {served.url} (streamable HTTP){mode}")
         _say(auth_line)
         _say(_limits_line(served.listener))
         if options.access_log:
@@ -182,7 +190,8 @@ def serve_http(
         for line in observing.lines(served.start_telemetry()):
             _say(line)
         hint = f"connect a client: `{http_config_command(served.url)}` prints an entry"
-        served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
+        watching = DEV_WATCHING_LINE if prepare is not None else WATCHING_LINE
+        served.start(watch=watch, on_ready=ready_lines(hint, watching), on_failed=say_not_loaded)
         serving()
         interrupted = served.run()
     if interrupted:  # as on stdio: said, and the status of an interrupted command

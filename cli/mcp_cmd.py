@@ -43,6 +43,7 @@ from astrid.cli.workers import WorkersType
 from astrid.host.serving.signals import INTERRUPTED_EXIT
 
 if TYPE_CHECKING:
+    from astrid.host.runtime import RuntimeConfig
     from astrid.host.serving.ready import Ready
 
 log = logging.getLogger("astrid.cli")
@@ -64,6 +65,11 @@ def capsules_option(function: Callable) -> Callable:
 
 
 WATCHING_LINE = "watching the capsule folders; a rebuilt capsule is reloaded"  # serve's and host run's
+# `astrid capsule dev`'s
+DEV_WATCHING_LINE = (
+    "dev mode: watching the folder; a saved edit of its .py files, requirements.txt or Capsule.toml is served "
+    "at once, no build (a version that fails is shown here and the last good one keeps serving)"
+)
 
 
 def watch_option(function: Callable) -> Callable:
@@ -439,11 +445,16 @@ def _serve_stdio(
     bus: BusOptions,
     observing: Observability,
     client_trace: str = "parent",
+    *,
+    prepare: Callable[[RuntimeConfig], str] | None = None,
 ) -> None:
+    """`prepare(config)`: a change to the runtime's config (`astrid capsule dev`), returning what the
+    banner says of it."""
     from astrid.host.serving.stdio import StdioServing
     from astrid.host.settings import default_capsule_home
 
     config = runtime_config(capsule_dirs, principal, bus=bus)
+    mode = f" ({prepare(config)})" if prepare is not None else ""
     with StdioServing(
         config,
         resource_tools=resource_tools,
@@ -456,7 +467,7 @@ def _serve_stdio(
         if bus.url is not None:
             _say(f"joining the capsule hosts on {bus.url.split('@')[-1]} (NATS)")
         paths = config.capsule_paths if bus.local_capsules else bus.served_paths
-        _say(f"serving MCP resources on stdio for principal {config.principal!r}")
+        _say(f"serving MCP resources on stdio for principal {config.principal!r}{mode}")
         terminal = _stdin_is_terminal()
         if terminal:  # a person, not a client, is on stdin
             _say(WAITING_LINE)
@@ -475,7 +486,8 @@ def _serve_stdio(
         hint = f"connect a client: `{entry}` prints a Claude Desktop entry for this server"
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
-        served.start(watch=watch, on_ready=ready_lines(hint), on_failed=say_not_loaded)
+        watching = DEV_WATCHING_LINE if prepare is not None else WATCHING_LINE
+        served.start(watch=watch, on_ready=ready_lines(hint, watching), on_failed=say_not_loaded)
         serving()
         stopped = served.run()
     if not stopped and not terminal and served.server.messages_read == 0:  # e.g. `make serve </dev/null`
@@ -528,7 +540,7 @@ def show_server_events() -> None:
 RESOURCE_TOOLS_LINE = "also offering the resources as tools: list_resources, read_resource (--resource-tools)"
 
 
-def ready_lines(hint: str) -> Callable[[Ready], None]:
+def ready_lines(hint: str, watching_line: str = WATCHING_LINE) -> Callable[[Ready], None]:
     """What a server says once its capsules are loaded: what it serves, and how to connect (stderr)."""
 
     def say_ready(ready: Ready) -> None:
@@ -548,7 +560,7 @@ def ready_lines(hint: str) -> Callable[[Ready], None]:
             _say(capsule_line)
         _say(hint)
         if ready.watching_folders:
-            _say(WATCHING_LINE)
+            _say(watching_line)
 
     return say_ready
 

@@ -89,6 +89,11 @@ class RuntimeConfig:
     trust_file: Path | None = None
     # Resource subscriptions: the announcement rate the broker allows a capsule (docs/contract/subscriptions.md §11).
     subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS
+    # Dev mode (`astrid capsule dev`, serving/dev.py): the sources a folder is served from instead of its
+    # component (the kernel's `KernelConfig.dev_sources`); None: every folder serves its build.
+    dev_sources: Callable[[Path], Any] | None = None
+    # How often hot reload polls the capsule folders (dev mode: more often).
+    folder_poll_s: float = WATCH_TUNING.interval_s
 
 
 @dataclass
@@ -97,7 +102,8 @@ class CapsuleSummary:
     source_id: str
     folder: Path
     provenance: Provenance | None = None  # None: a stand-in kernel said nothing
-    digest: str | None = None  # sha256:<hex> of the component
+    digest: str | None = None  # sha256:<hex> of the component (dev mode: of its sources)
+    dev: bool = False  # served in dev mode (`astrid capsule dev`): its sources, not a build
 
     @classmethod
     def of(cls, result) -> CapsuleSummary:
@@ -108,6 +114,7 @@ class CapsuleSummary:
             result.folder,
             getattr(result, "provenance", None),
             getattr(result, "digest", None),
+            bool(getattr(result, "dev", False)),
         )
 
     def identity_line(self) -> str:
@@ -115,7 +122,8 @@ class CapsuleSummary:
         who = self.provenance.label() if self.provenance is not None else "local, unsigned"
         namespaces = ", ".join(self.provenance.namespaces) if self.provenance is not None else ""
         digest = f", {self.digest[:19]}" if self.digest else ""
-        return f"{self.name}: {who}{digest}" + (f", namespaces {namespaces}" if namespaces else "")
+        dev = ", dev mode (its sources, not a build)" if self.dev else ""
+        return f"{self.name}: {who}{digest}" + (f", namespaces {namespaces}" if namespaces else "") + dev
 
 
 @dataclass
@@ -195,6 +203,7 @@ def make_kernel(config: RuntimeConfig, *, role: str) -> Any:
         kv_file=config.kv_file,
         vet=vetter(trust),
         vet_epoch=trust.signature,
+        dev_sources=config.dev_sources,
     )
     url = config.bus_url
     if url is None:
@@ -380,11 +389,17 @@ class Runtime:
         self._record(report, time.perf_counter() - started)
         return self.status
 
-    def watch_folders(self, interval_s: float = WATCH_TUNING.interval_s) -> FolderWatcher:
-        """Hot reload: reload when a file under a capsule path changes."""
+    def watch_folders(self, interval_s: float | None = None) -> FolderWatcher:
+        """Hot reload: reload when a file under a capsule path changes (polled every `interval_s`,
+        by default the config's `folder_poll_s`)."""
         if self._watcher is None:
-            self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, interval_s)
+            every = interval_s if interval_s is not None else self.config.folder_poll_s
+            self._watcher = capsule_folder_watcher(self.config, self._on_folders_changed, every)
             self._watcher.start()
+            if self.config.dev_sources is not None:
+                # Dev mode: a save between the load and the watcher's baseline is in that baseline, so the
+                # watcher never sees it change. One reload now serves it (nothing happens if nothing changed).
+                self._on_folders_changed()
         return self._watcher
 
     def watch_mounts(self, interval_s: float = WATCH_TUNING.interval_s) -> MountWatcher:
@@ -526,7 +541,11 @@ class Runtime:
             return client
 
     def client_if_made(self, principal: str) -> BrokerClient | None:
-        """The principal's client when `client_for` made it already; never waits (an event loop asks)."""
+        """The principal's client when `client_for` made it already and the capsules are loaded; never waits
+        (an event loop asks). Before the load ends it is None: the default principal's client exists from the
+        start, and a request it took then would find no capsule yet instead of waiting for them."""
+        if not self.ready:
+            return None
         return self._clients.get(principal)  # one dict read, atomic: no lock to wait on
 
     def _new_client(self, principal: str) -> BrokerClient:
@@ -667,7 +686,7 @@ def _reload_line(before: Mapping[Path, CapsuleSummary], after: Mapping[Path, Cap
         if old is None:
             changes.append(f"loaded {capsule.name}")
         elif old.source_id != capsule.source_id:
-            changes.append(f"reloaded {capsule.name} (a new build)")
+            changes.append(f"reloaded {capsule.name} ({'new sources, dev mode' if capsule.dev else 'a new build'})")
     for folder, capsule in sorted(before.items(), key=lambda item: item[1].name):
         if folder not in after:
             changes.append(f"unloaded {capsule.name}")

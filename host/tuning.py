@@ -258,6 +258,25 @@ class CliTuning:
     held_log_records: int = 256
 
 
+@dataclass(frozen=True)
+class DevTuning:
+    """`astrid capsule dev` (`capsule/sources.py`, `serving/dev.py`): the sources the host reads and serves.
+
+    A capsule folder with its pinned packages is tens to hundreds of `.py`
+    files (a package such as `requests` with its dependencies: ~150 files,
+    ~2 MB). The caps bound what one edit makes the host read and keep, and
+    what a sandbox may ask for.
+    """
+
+    # .py files of the folder and its pinned packages, together
+    max_source_files: int = 4_000
+    # one file, and all of them
+    max_file_bytes: int = 2 << 20
+    max_total_bytes: int = 32 << 20
+    # how often the folder is polled (a change is acted on when two polls agree)
+    interval_s: float = 0.2
+
+
 BUS_TUNING = BusTuning()
 NATS_TUNING = NatsTuning()
 KERNEL_TUNING = KernelTuning()
@@ -269,3 +288,4 @@ BUILD_TUNING = BuildTuning()
 IDENTITY_TUNING = IdentityTuning()
 TELEMETRY_TUNING = TelemetryTuning()
 CLI_TUNING = CliTuning()
+DEV_TUNING = DevTuning()

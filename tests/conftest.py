@@ -110,3 +110,15 @@ def built_templated(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """tests/e2e/capsules/templated: resource templates ({id}, {+path}) with completion."""
     source = REPO / "tests" / "e2e" / "capsules" / "templated"
     return build_clean(source, tmp_path_factory.mktemp("templated") / "templated")
+
+
+@pytest.fixture(scope="session")
+def dev_runner_built() -> Path:
+    """`astrid capsule dev`'s runner, built and compiled into the shared caches (what a first `capsule dev` does)."""
+    from astrid.host.build.dev_runner import dev_runner
+    from astrid.host.kernel.compile_cache import CompileCache
+    from tests.support.capsules import build_cache_dir
+
+    runner = dev_runner(build_cache_dir())
+    CompileCache().precompile(runner)
+    return runner

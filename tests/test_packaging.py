@@ -39,6 +39,9 @@ def test_the_wheel_ships_the_wit_contract_the_sdk_and_the_templates(tmp_path) ->
     wit = {str(p.relative_to(REPO / "wit")) for p in (REPO / "wit").rglob("*.wit")}
     assert {f"astrid/wit/{w}" for w in wit} <= names
     assert "astrid/capsules/sdk/astrid_sdk/__init__.py" in names
+    # `astrid capsule dev` builds its runner from these, installed
+    runner = {f"astrid/capsules/runner/{p.name}" for p in (REPO / "capsules" / "runner").glob("*.py")}
+    assert runner and runner <= names
     assert "astrid/capsules/templates/app.py.tmpl" in names
     assert {"astrid/capsules/docs/Capsule.toml", "astrid/capsules/docs/assets/logo.png"} <= names
     assert "astrid/host/kernel/kernel.py" in names and "astrid/cli/main.py" in names

@@ -2,6 +2,8 @@
 
     validate Capsule.toml -> its toolchain checks the sources, fetches what
     they pin and hashes every input (`toolchain.py`; Python: componentize-py)
+    -> (Python, not in the build cache) Capsule.toml checked against the
+       sources in the dev runner, in about a second (`dev_sources.py`)
     -> componentize (unless the build cache holds that content hash)
     -> compile it and check Capsule.toml against what it declares (asked in
        the sandbox) -> record its static describe (asked in the sandbox)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -41,6 +44,8 @@ from astrid.host.capsule.discovery import stale_component
 from astrid.host.capsule.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest
 from astrid.host.errors import BuildError, CapsuleLoadError
 from astrid.host.settings import BUILD_CACHE_ENV, path_setting
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,10 @@ def build_capsule(
     """Build `folder` into a component at `out` (default: the manifest's [[component]] file).
 
     `progress(phase, elapsed_seconds)` is called with elapsed 0.0 when a slow
-    phase starts ("requirements": pip installs requirements.txt;
-    "componentize": the toolchain builds the component; "compile": wasmtime compiles it
-    into the compile cache; "check": Capsule.toml is checked against the
+    phase starts ("requirements": pip installs requirements.txt; "runner": the
+    dev runner is built, once per astrid version; "precheck": Capsule.toml is
+    checked against the sources in it; "componentize": the toolchain builds the
+    component; "compile": wasmtime compiles it into the compile cache; "check": Capsule.toml is checked against the
     component, after a fresh build), then about four times a second. The
     manifest check runs the component, so it is compiled into the compile
     cache even with `precompile=False`.
@@ -98,6 +104,8 @@ def build_capsule(
     cached_wasm = cache / f"{digest}.wasm"
     cached = cached_wasm.is_file()
     if not cached:
+        if toolchain.language == "python":
+            _precheck(folder, cache, progress)
         prepared.componentize(cached_wasm, cache, progress)
     # The check runs the component: compiled first (a compile-cache hit when it was before). It runs on
     # every build, from the build cache or not (Capsule.toml may have changed), and nothing of it is kept.
@@ -144,6 +152,25 @@ def _check_code(folder: Path, manifest: Manifest, built: Path, entry: str, progr
     if result.errors:
         raise BuildError(mismatch_message(folder, result.errors))
     return result.warnings
+
+
+def _precheck(folder: Path, cache: Path, progress: Progress | None) -> None:
+    """Capsule.toml against the code before componentize-py runs, asked of the dev runner (`astrid capsule
+    dev`'s, built once per astrid version) with the folder's sources: a mismatch fails in about a second
+    instead of after the build. Anything else the runner meets (a module it does not carry, an import
+    that fails) is left to componentize-py and the check of the built component, which decide."""
+    from astrid.host.build.dev_runner import dev_runner
+    from astrid.host.build.dev_sources import ManifestMismatch, check_dev_sources, read_dev_sources
+    from astrid.host.kernel.compile_cache import CompileCache
+
+    try:
+        sources = read_dev_sources(folder, dev_runner(cache, progress), cache)
+        compile_cache = CompileCache()
+        with_ticks("precheck", lambda: check_dev_sources(sources, compile_cache), progress)
+    except ManifestMismatch as exc:
+        raise BuildError(str(exc)) from None
+    except (CapsuleLoadError, BuildError) as exc:
+        log.debug("the manifest pre-check did not run (the build checks the component): %s", exc)
 
 
 def _record_static(folder: Path, built: Path) -> tuple[str, ...]:

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from astrid.host.capsule.manifest import MANIFEST_NAME, NOTHING_ASKED, Asks, Manifest, namespace_problem, parse_manifest
+from astrid.host.capsule.sources import DEV_PACKAGE
 from astrid.host.errors import ManifestError
 from astrid.host.identity.errors import ArtifactError
 from astrid.host.toolpaths import wasm_tools
@@ -439,6 +440,11 @@ def pack_capsule(folder: Path, *, sdk: str | None = None) -> bytes:
         raise ArtifactError(f"{component_path} is over the {ENTRY_CAPS[COMPONENT_ENTRY]}-byte cap of an artifact")
     check_component_header(component, str(component_path), f"rebuild it: {build}")
     imports, toolchain = inspect_component(component, str(component_path))
+    if DEV_PACKAGE in imports:  # the runner of `astrid capsule dev`: it serves sources, it is no release
+        raise ArtifactError(
+            f"{component_path} imports {DEV_PACKAGE}: it is dev mode's runner (`astrid capsule dev`), "
+            f"not a build of this capsule, and cannot be packed or signed; {build}"
+        )
     metadata = Metadata.describe(manifest, manifest_bytes, component, imports=imports, toolchain=toolchain, sdk=sdk)
     return Artifact(manifest_bytes, component, metadata.encode()).encode()
 

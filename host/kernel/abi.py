@@ -1,5 +1,5 @@
 """The host side of `astrid:ipc` and `astrid:sys`, linked into every capsule
-(with `capability_abi`'s fs, kv and http, and `wasi`'s deny-by-default WASI, beside them).
+(with `capability_abi`'s fs, kv and http, `wasi`'s deny-by-default WASI and `dev`'s sources beside them).
 
 One Linker serves every Store; each import finds the calling instance by its
 Store context. Host imports never raise into the guest: an exception in a
@@ -32,6 +32,7 @@ from astrid.host.capabilities.grants import GrantStore
 from astrid.host.capsule.manifest import HOST_CONFIG_PREFIX
 from astrid.host.kernel import fastpath, wasmtime_patches
 from astrid.host.kernel.capability_abi import CapabilityAbi
+from astrid.host.kernel.dev import DevSourcesAbi
 from astrid.host.kernel.wasi import WasiHost
 from astrid.host.kernel.wit_values import record
 from astrid.host.limits import DEFAULT_LIMITS, MIB
@@ -163,6 +164,7 @@ class HostAbi:
             self.capabilities = CapabilityAbi(grants, kv_path, self._instance, kv_factory)
             self.capabilities.link(root)
             WasiHost(self._log, self._time_left).link(root)
+            DevSourcesAbi(lambda store: self._instances.get(store_key(store))).link(root)  # dev capsules only
 
     # -- instance registry ---------------------------------------------------
 

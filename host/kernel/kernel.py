@@ -52,6 +52,7 @@ from astrid.host.capabilities.plugins.kv import KV
 from astrid.host.capsule.discovery import discover_capsules
 from astrid.host.capsule.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from astrid.host.capsule.provenance import IDENTITY_FILE, Provenance, Vet
+from astrid.host.capsule.sources import DevSources
 from astrid.host.contract.bus_asks import bus_asks
 from astrid.host.contract.events import CapsuleInfo, CapsulesLoaded, ResourceUpdated
 from astrid.host.contract.local_replies import LocalKind, LocalReply
@@ -66,6 +67,7 @@ from astrid.host.contract.topics import (
 from astrid.host.errors import GrantError
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.kernel.compile_cache import CompileCache
+from astrid.host.kernel.dev import load_dev_capsule
 from astrid.host.kernel.dispatch import PoolDispatcher
 from astrid.host.kernel.engine import WasmEngine, shared_engine, wasmtime_version
 from astrid.host.kernel.failed_reads import failed_read_reply
@@ -106,6 +108,9 @@ class KernelConfig:
     # Answer a capsule's describe (templates) request without calling it when its reply is
     # the same for every principal (static_replies); False: always call the capsule.
     static_replies: bool = True
+    # Dev mode (`astrid capsule dev`, kernel/dev.py): the sources a folder is served from instead of its
+    # component, as last accepted (None: not a dev folder; CapsuleLoadError: none accepted yet, and why).
+    dev_sources: Callable[[Path], DevSources | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,8 @@ class LoadResult:
     seconds: float = 0.0
     from_cache: bool = False
     provenance: Provenance | None = None  # who it is (publisher or local), once loaded
-    digest: str | None = None  # sha256:<hex> of its component
+    digest: str | None = None  # sha256:<hex> of its component (dev mode: of its sources)
+    dev: bool = False  # served in dev mode: the runner with the folder's sources
 
 
 # What a rebuild, an edit or a chmod changes in a capsule folder (see `_fingerprint`).
@@ -292,13 +298,25 @@ class Kernel:
         return kept
 
     def _mark(self, folder: Path, wasm_path: Path | None) -> Fingerprint:
-        """The folder's files as they are, and the trust they were vetted under."""
+        """The folder's files as they are, and the trust they were vetted under (dev: its accepted sources)."""
         epoch = self.config.vet_epoch() if self.config.vet_epoch is not None else None
+        try:
+            dev = self._dev_sources(folder)
+        except CapsuleLoadError as exc:
+            return ("dev", None, str(exc))
+        if dev is not None:
+            return ("dev", dev.digest)
         return (*_fingerprint(folder, wasm_path), epoch)
+
+    def _dev_sources(self, folder: Path) -> DevSources | None:
+        return self.config.dev_sources(folder) if self.config.dev_sources is not None else None
 
     def _load_all(self, folders: list[Path]) -> dict[Path, LoadedCapsule | CapsuleLoadError]:
         def load(folder: Path) -> LoadedCapsule | CapsuleLoadError:
             try:
+                dev = self._dev_sources(folder)
+                if dev is not None:
+                    return load_dev_capsule(folder, self.cache, dev)
                 capsule = load_capsule(folder, self.cache, self.config.vet)
             except CapsuleLoadError as exc:
                 return exc
@@ -340,7 +358,8 @@ class Kernel:
             capsule.load_seconds,
             capsule.from_cache,
             capsule.provenance,
-            f"sha256:{capsule.wasm_sha256}",
+            f"sha256:{capsule.dev.digest if capsule.dev is not None else capsule.wasm_sha256}",
+            capsule.dev is not None,
         )
         current = self.capsules.get(folder)
         if current is not None and _same_build(current.capsule, capsule):
@@ -438,7 +457,7 @@ class Kernel:
 
     def _static_replies_of(self, capsule: LoadedCapsule) -> StaticReplies:
         """The build's static replies (recorded at build, else asked once); DYNAMIC if learning them failed."""
-        if not self.config.static_replies:
+        if not self.config.static_replies or capsule.dev is not None:  # dev: the runner's record fits no version
             return DYNAMIC
         try:
             return self.static_replies.replies_for(capsule)

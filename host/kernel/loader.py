@@ -13,6 +13,7 @@ from wasmtime.component import Component, ComponentInstanceType, FuncType
 from astrid.host.capabilities.registry import capabilities
 from astrid.host.capsule.manifest import Manifest, ManifestError, load_manifest
 from astrid.host.capsule.provenance import LOCAL, Provenance, Vet, source_id_for
+from astrid.host.capsule.sources import DevSources
 from astrid.host.errors import AstridError, CapsuleLoadError
 from astrid.host.kernel.compile_cache import CompileCache, last_line
 from astrid.host.kernel.wasi import wasi_import_problem
@@ -43,6 +44,7 @@ class LoadedCapsule:
     load_seconds: float
     from_cache: bool
     provenance: Provenance = LOCAL
+    dev: DevSources | None = None  # dev mode: the runner serving these sources (`dev.py`)
 
     @property
     def grant_identity(self) -> str:
@@ -68,7 +70,8 @@ def load_capsule(
     wasm_path = folder / manifest.component_file if component is None else Path(component).resolve()
     if not wasm_path.is_file():
         raise CapsuleLoadError(
-            f"{manifest.name}: component {wasm_path} not found (build it with `astrid capsule build {folder}`)"
+            f"{manifest.name}: component {wasm_path} not found (build it with `astrid capsule build {folder}`, "
+            f"or serve its sources without a build: `astrid capsule dev {folder}`)"
         )
     _check_header(manifest.name, folder, wasm_path)
     try:
@@ -113,12 +116,15 @@ def _check_header(name: str, folder: Path, wasm_path: Path) -> None:
         raise CapsuleLoadError(f"{name}: {wasm_path.name} is a core wasm module, not a component; {rebuild}")
 
 
-def check_interface(name: str, component: Component, engine: wasmtime.Engine) -> None:
-    """Only the host ABI, the capabilities and the WASI the host serves (`wasi.py`) may be imported,
-    and the interceptor must be exported."""
+def check_interface(
+    name: str, component: Component, engine: wasmtime.Engine, *, also: frozenset[str] = frozenset()
+) -> None:
+    """Only the host ABI, the capabilities and the WASI the host serves (`wasi.py`) may be imported (and
+    `also`: the dev runner's sources), and the interceptor must be exported."""
     component_type = component.type
     imports = component_type.imports(engine)
-    foreign = sorted(set(imports) - host_imports() - TYPE_ONLY_IMPORTS - {i for i in imports if i.startswith("wasi:")})
+    allowed = host_imports() | TYPE_ONLY_IMPORTS | also
+    foreign = sorted(set(imports) - allowed - {i for i in imports if i.startswith("wasi:")})
     foreign += [
         problem for i in sorted(imports) if i.startswith("wasi:") and (problem := _wasi_problem(i, imports[i], engine))
     ]

@@ -64,17 +64,22 @@ def http_server(
     verbose: bool = False,
     fd_limit: int | None = None,
     env: dict[str, str] | None = None,
+    args: list[str] | None = None,
 ) -> Iterator[HttpServer]:
     """Start `astrid mcp serve --http 127.0.0.1:0` on `folders`; stop it at the end.
 
     `verbose` runs it with `-v`: the broker logs every list and read it serves.
     `fd_limit` starts it with that soft and hard open-file limit (a small machine's).
-    `env`: more environment (a user's own config and data dirs, OTEL_* variables, ...)."""
-    args = [astrid_exe(), *(["-v"] if verbose else []), "mcp", "serve", "--http", "127.0.0.1:0", *extra]
-    if "--jwks" not in extra and "--no-auth" not in extra:
-        args += ["--tokens", str(token_dir / "tokens.json")]
-    for folder in folders:
-        args += ["--capsules", str(folder)]
+    `env`: more environment (a user's own config and data dirs, OTEL_* variables, ...). `args`: another
+    command than `mcp serve` (`capsule dev DIR --http 127.0.0.1:0`), whole."""
+    if args is not None:
+        args = [astrid_exe(), *args]
+    else:
+        args = [astrid_exe(), *(["-v"] if verbose else []), "mcp", "serve", "--http", "127.0.0.1:0", *extra]
+        if "--jwks" not in extra and "--no-auth" not in extra:
+            args += ["--tokens", str(token_dir / "tokens.json")]
+        for folder in folders:
+            args += ["--capsules", str(folder)]
     stderr_path = token_dir / "server.log"
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(

@@ -66,13 +66,15 @@ async def stdio_session(
     env: dict[str, str] | None = None,
     init_timeout_s: float = 30,
     check_stdout: bool = True,
+    args: list[str] | None = None,
 ) -> AsyncIterator[StdioSession]:
     """`astrid mcp serve --principal P [EXTRA...] --capsules F...` under a ClientSession (2025-11-25 handshake).
 
     The server's stderr goes to the file `stderr`. With `check_stdout`, a
-    session that ends normally checks that stdout carried nothing but JSON-RPC.
+    session that ends normally checks that stdout carried nothing but JSON-RPC. `args`: another
+    command than `mcp serve` (`capsule dev DIR`), whole.
     """
-    args = serve_args(*folders, principal=principal, extra=extra)
+    args = args if args is not None else serve_args(*folders, principal=principal, extra=extra)
     params = StdioServerParameters(command=astrid_exe(), args=args, env=env or server_env(capsule_home))
     holder: list[StdioSession] = []
 

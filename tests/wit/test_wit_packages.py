@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from astrid.host.toolpaths import wasm_tools
-from astrid.wit import CAPSULE_WORLD, WIT_DIR
+from astrid.wit import CAPSULE_WORLD, DEV_RUNNER_WORLD, WIT_DIR
 
 EXPECTED_PACKAGES = {
     "astrid-bus:types@1.0.0",
@@ -24,6 +24,7 @@ EXPECTED_PACKAGES = {
     "astrid:http@1.0.0",
     "astrid:guest@1.0.0",
     "astrid:capsule@1.0.0",
+    "astrid:dev@1.0.0",
 }
 
 
@@ -72,3 +73,15 @@ def test_dummy_component_of_capsule_world_validates(tmp_path: Path) -> None:
     assert "import astrid:sys/host@1.0.0;" in printed.stdout
     assert "export astrid-hook-trigger" in printed.stdout
     assert "wasi:" not in printed.stdout
+
+
+def test_dev_runner_world_is_the_capsule_world_plus_sources(tmp_path: Path) -> None:
+    core = tmp_path / "runner.core.wasm"
+    component = tmp_path / "runner.wasm"
+    embed = run("component", "embed", "--dummy", "--world", DEV_RUNNER_WORLD, str(WIT_DIR), "-o", str(core))
+    assert embed.returncode == 0, embed.stderr
+    assert run("component", "new", str(core), "-o", str(component)).returncode == 0
+    printed = run("component", "wit", str(component)).stdout
+    assert "import astrid:dev/sources@1.0.0;" in printed
+    assert "import astrid:ipc/host@1.0.0;" in printed
+    assert "export astrid-hook-trigger" in printed

@@ -331,3 +331,27 @@ def test_binding_the_reserved_static_action_is_a_line_to_remove():
     (error,) = check_manifest(manifest, CodeFacts(name="r")).errors
     assert '[subscribe] binds "r.static" to the handler "astrid.static", a name the SDK reserves' in error
     assert "(it tells the host the describe every principal gets)" in error
+
+
+@pytest.mark.slow
+def test_a_mismatch_fails_before_componentize_py_runs(tmp_path: Path):
+    """The dev runner checks the sources first (`build/dev_sources.py`): no componentize phase, about a second."""
+    import time
+    import uuid
+
+    from astrid.host.build.builder import default_build_cache_dir
+    from astrid.host.build.dev_runner import dev_runner
+    from astrid.host.kernel.compile_cache import CompileCache
+
+    CompileCache().precompile(dev_runner(default_build_cache_dir()))  # once per astrid version, as after `dev`
+    folder = scaffolded(tmp_path)
+    with_code(folder, TEMPLATE + f"\n# {uuid.uuid4()}: a build no cache holds (a cached one is checked, not built)\n")
+    phases: list[str] = []
+    started = time.perf_counter()
+    with pytest.raises(BuildError) as caught:
+        build_capsule(folder, precompile=False, progress=lambda phase, elapsed: phases.append(phase))
+    seconds = time.perf_counter() - started
+    print(f"\nbuild pre-check: the mismatch failed after {seconds:.2f} s")
+    assert "app.py declares the template astrid://demo/notes/{id}" in str(caught.value)
+    assert "precheck" in phases and "componentize" not in phases, phases
+    assert not (folder / "demo.wasm").exists()

@@ -177,3 +177,15 @@ def test_metadata_must_be_canonical_and_well_formed(packed: bytes) -> None:
     for raw in bad:
         with pytest.raises(ArtifactError, match="metadata.json is malformed"):
             Metadata.decode(raw)
+
+
+def test_dev_modes_runner_cannot_be_packed(tmp_path: Path) -> None:
+    """A component importing astrid:dev/sources (the runner of `astrid capsule dev`) is no release of anything."""
+    from astrid.wit import DEV_RUNNER_WORLD
+    from tests.support.paths import FIXTURES
+    from tests.support.wat import build_wat
+
+    runner = build_wat(FIXTURES / "wat" / "dev_reader.wat", tmp_path / "runner.wasm", world=DEV_RUNNER_WORLD)
+    make_capsule(tmp_path / "notes", runner.read_bytes())
+    with pytest.raises(ArtifactError, match=r"imports astrid:dev@1\.0\.0: it is dev mode's runner .* cannot be packed"):
+        pack_capsule(tmp_path / "notes")
