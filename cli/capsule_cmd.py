@@ -266,6 +266,7 @@ def capsule_dev(path: Path, principal: str | None, http_address: str | None) -> 
     serving. Dev mode is for writing a capsule: `astrid capsule build` makes what you
     pack, sign and install.
     """
+    from astrid.cli.connect_hint import dev_config_command
     from astrid.cli.mcp_cmd import BusOptions, _serve_stdio
     from astrid.cli.observe import Observability
 
@@ -291,7 +292,10 @@ def capsule_dev(path: Path, principal: str | None, http_address: str | None) -> 
         return f"dev mode: {folder}, served from its sources, not a build; it cannot be packed or signed"
 
     if http_address is None:
-        _serve_stdio((folder,), principal, True, False, BusOptions(None, None), observing, prepare=prepare)
+        entry = dev_config_command(path, principal)
+        _serve_stdio(
+            (folder,), principal, True, False, BusOptions(None, None), observing, prepare=prepare, entry_command=entry
+        )
         return
     from astrid.cli.http_serve import HttpOptions, serve_http
 

@@ -81,6 +81,15 @@ def server_entry(
     return {"command": command, "args": args, "env": carried_env()}
 
 
+def dev_entry(folder: Path, principal: str | None) -> dict[str, Any]:
+    """`{"command", "args", "env"}` of `astrid capsule dev FOLDER ...` (the folder absolute)."""
+    command, *prefix = astrid_command()
+    args = [*prefix, "capsule", "dev", str(folder)]
+    if principal:
+        args += ["--principal", principal]
+    return {"command": command, "args": args, "env": carried_env()}
+
+
 def http_entry(url: str) -> dict[str, Any]:
     """A remote `astrid mcp serve --http` (the token stays a placeholder)."""
     return {"type": "http", "url": url, "headers": {"Authorization": TOKEN_PLACEHOLDER}}

@@ -47,6 +47,14 @@ def config_command(capsule_dirs: tuple[Path, ...], principal: str | None, resour
     return f"{astrid_as_typed()} {shlex.join(words)}"
 
 
+def dev_config_command(folder: Path, principal: str | None) -> str:
+    """`astrid mcp config --dev FOLDER [--principal NAME]`: the entry of `astrid capsule dev FOLDER`."""
+    words = ["mcp", "config", "--dev", str(folder)]
+    if principal is not None:
+        words += ["--principal", principal]
+    return f"{astrid_as_typed()} {shlex.join(words)}"
+
+
 def http_config_command(url: str) -> str:
     """`astrid mcp config --http URL`, with `astrid` as this shell can run it."""
     return f"{astrid_as_typed()} {shlex.join(['mcp', 'config', '--http', url])}"

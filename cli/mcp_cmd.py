@@ -19,6 +19,7 @@ from astrid.cli.client_install import (
     check_name,
     check_url,
     default_name,
+    dev_entry,
     http_entry,
     install_entry,
     server_entry,
@@ -447,9 +448,11 @@ def _serve_stdio(
     client_trace: str = "parent",
     *,
     prepare: Callable[[RuntimeConfig], str] | None = None,
+    entry_command: str | None = None,
 ) -> None:
     """`prepare(config)`: a change to the runtime's config (`astrid capsule dev`), returning what the
-    banner says of it."""
+    banner says of it; `entry_command`: the command that prints this server's client entry, when
+    `astrid mcp config` with its options is not it."""
     from astrid.host.serving.stdio import StdioServing
     from astrid.host.settings import default_capsule_home
 
@@ -482,7 +485,7 @@ def _serve_stdio(
             _say(RESOURCE_TOOLS_LINE)
         for line in observing.lines(served.start_telemetry()):
             _say(line)
-        entry = config_command(capsule_dirs, principal, resource_tools)
+        entry = entry_command or config_command(capsule_dirs, principal, resource_tools)
         hint = f"connect a client: `{entry}` prints a Claude Desktop entry for this server"
         if terminal:
             hint += " (the client starts its own server); this one is " + WAITING_LINE
@@ -619,6 +622,14 @@ def entry_options(function: Callable) -> Callable:
     function = click.option(
         "--http", "http_url", metavar="URL", default=None, help="An entry for a remote server at this URL."
     )(function)
+    function = click.option(
+        "--dev",
+        "dev_folder",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        metavar="PATH",
+        help="An entry for `astrid capsule dev PATH`: the capsule served from its sources while you write it.",
+    )(function)
     return click.option(
         "--name",
         default=None,
@@ -638,10 +649,25 @@ class ClientEntry:
         capsule_dirs: tuple[Path, ...],
         principal: str | None,
         resource_tools: bool,
+        dev_folder: Path | None = None,
     ) -> None:
         self.config = None
         self.http_url = http_url
-        if http_url is not None:
+        self.dev = dev_folder is not None
+        if dev_folder is not None:
+            if http_url is not None or capsule_dirs or resource_tools:
+                raise UserError(
+                    "--dev is an entry for one capsule folder served from its sources: "
+                    "give it without --http, --capsules or --resource-tools"
+                )
+            folder = dev_folder.expanduser().resolve()
+            if not (folder / MANIFEST).is_file():
+                raise UserError(f"--dev {dev_folder}: no {MANIFEST} there (give a capsule folder)")
+            if principal is not None:
+                resolve_principal(principal)
+            self.entry = dev_entry(folder, principal)
+            self.name = name or f"astrid-dev-{default_name([folder]).removeprefix('astrid-')}"
+        elif http_url is not None:
             if resource_tools:
                 raise UserError(
                     "--resource-tools belongs to the server: start it with "
@@ -677,6 +703,8 @@ class ClientEntry:
         """What the user should know about the entry (stderr)."""
         if self.http_url is not None:
             return ["Replace <token> with the token `astrid mcp token add NAME` printed on the server."]
+        if self.dev:
+            return ["The client starts the capsule in dev mode: every saved edit is live, nothing is built."]
         lines = []
         if self.config is not None:
             lines.append(f"The server reads its settings from {self.config.path} (--config; flags in args win).")
@@ -699,6 +727,7 @@ class ClientEntry:
 )
 def mcp_config(
     name: str | None,
+    dev_folder: Path | None,
     http_url: str | None,
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -711,7 +740,7 @@ def mcp_config(
     `astrid mcp install CLIENT` do it); where the file lives goes to stderr.
     """
     client = CLIENTS[client_key]
-    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools)
+    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools, dev_folder)
     if http_url is not None and client.http_type is None:
         printed = http_config_entry(made.name, http_url)  # the common shape; Claude Desktop takes the URL in the app
     else:
@@ -755,6 +784,7 @@ def mcp_config(
 def mcp_install(
     client_key: str,
     name: str | None,
+    dev_folder: Path | None,
     http_url: str | None,
     capsule_dirs: tuple[Path, ...],
     principal: str | None,
@@ -769,7 +799,7 @@ def mcp_install(
     it again changes nothing. A file that is not a JSON object is left alone.
     """
     client = CLIENTS[client_key]
-    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools)
+    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools, dev_folder)
     file = client_file.expanduser() if client_file is not None else client.config_file()
     done = install_entry(client, file, made.name, made.entry, replace=replace, explicit_file=client_file is not None)
     where = f"{client.title}'s {done.file}"

@@ -324,3 +324,23 @@ def test_config_prints_each_clients_shape(workdir: Path, env) -> None:
     assert vscode["servers"]["astrid-notes"]["type"] == "stdio"
     code = json.loads(astrid("mcp", "config", "--client", "claude-code", cwd=workdir, env=env).stdout)
     assert code["mcpServers"]["astrid"]["type"] == "stdio"
+
+
+def test_a_dev_entry_starts_capsule_dev_on_the_folder(workdir: Path, env) -> None:
+    (workdir / "notes" / "Capsule.toml").write_text('[package]\nname = "notes"\n')
+    done = astrid("mcp", "config", "--dev", "notes", "--principal", "alice", cwd=workdir, env=env)
+    assert done.returncode == 0, done.stderr
+    [(name, entry)] = json.loads(done.stdout)["mcpServers"].items()
+    assert name == "astrid-dev-notes"
+    assert entry["args"][-5:] == ["capsule", "dev", str((workdir / "notes").resolve()), "--principal", "alice"]
+    assert "every saved edit is live" in done.stderr
+    installed = astrid("mcp", "install", "cursor", "--dev", "notes", "--config-file", "c.json", cwd=workdir, env=env)
+    assert installed.returncode == 0, installed.stderr
+    assert json.loads((workdir / "c.json").read_text())["mcpServers"]["astrid-dev-notes"]["args"][-3:-1] == [
+        "capsule",
+        "dev",
+    ]
+    mixed = one_line_error(astrid("mcp", "config", "--dev", "notes", "--capsules", "mail", cwd=workdir, env=env))
+    assert mixed.startswith("error: --dev is an entry for one capsule folder served from its sources")
+    empty = one_line_error(astrid("mcp", "config", "--dev", "mail", cwd=workdir, env=env))
+    assert empty == "error: --dev mail: no Capsule.toml there (give a capsule folder)"

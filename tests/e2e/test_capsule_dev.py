@@ -114,6 +114,9 @@ async def test_an_edit_is_served_within_seconds_and_a_syntax_error_keeps_the_las
             assert await served.text(URI) == "hello, version 1"
         assert "dev mode" in served.log()
         assert not (folder / "hello.wasm").exists()  # nothing was built
+        # the client entry it points to starts dev mode again, not a serve of a build that is not there
+        hint = await until_logged(served, "connect a client:")
+        assert f"mcp config --dev {folder} --principal alice" in hint, hint
 
         started = time.monotonic()
         (folder / "greeting.py").write_text('TEXT = "hello, version 2"\n', encoding="utf-8")
