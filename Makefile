@@ -9,8 +9,12 @@ TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 CONFORMANCE := tests/e2e/conformance
 CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
 REGISTRY_BIN := /usr/bin/docker-registry
+JS_TOOLCHAIN := toolchains/js
+JS_STAMP := $(JS_TOOLCHAIN)/node_modules/.installed
 
-.PHONY: serve test test-fast lint bench soak build-capsules clean
+.PHONY: serve test test-fast lint bench soak build-capsules js-toolchain clean
+
+js-toolchain: $(JS_STAMP)
 
 # Set-up output goes to stderr: `make serve`'s stdout carries only JSON-RPC.
 
@@ -42,6 +46,14 @@ $(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.js
 	@cd $(CONFORMANCE) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(CONFORMANCE_STAMP)
 
+# The JS/TS capsule toolchain (esbuild bundles, componentize-js builds the component), pinned in
+# $(JS_TOOLCHAIN)/package-lock.json and installed there: `astrid capsule build` of an app.ts uses it.
+$(JS_STAMP): $(JS_TOOLCHAIN)/package.json $(JS_TOOLCHAIN)/package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the JS/TS capsule toolchain)" 1>&2; exit 1; }
+	@echo "installing the JS/TS capsule toolchain (componentize-js, esbuild) into $(JS_TOOLCHAIN) ..." 1>&2
+	@cd $(JS_TOOLCHAIN) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
+	@touch $(JS_STAMP)
+
 # The OCI registry the capsule push/pull tests start on loopback: the CNCF distribution
 # registry of Debian's docker-registry package, installed once (root only; anyone else is
 # told what to run). The tests start their own, never the package's service.
@@ -65,7 +77,7 @@ build-capsules: $(STAMP)
 serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files
 
-test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(REGISTRY_BIN)
+test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q
 
 # ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
@@ -77,7 +89,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test-fast: $(STAMP) $(REGISTRY_BIN)
+test-fast: $(STAMP) $(JS_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: build-capsules
@@ -87,4 +99,4 @@ soak: build-capsules
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules $(CONFORMANCE)/node_modules
+	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules $(CONFORMANCE)/node_modules $(JS_TOOLCHAIN)/node_modules
