@@ -106,17 +106,31 @@ def _look_deeper(path: Path, command: str) -> str:
     metavar="PARENT",
     help="Create the capsule folder inside PARENT (default: the current folder).",
 )
-def capsule_new(name: str, parent: Path | None) -> None:
-    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py)."""
+@click.option(
+    "--lang",
+    type=click.Choice(["python", "ts", "js"]),
+    default="python",
+    show_default=True,
+    help="The capsule's language: Python (app.py), TypeScript (app.ts) or JavaScript (app.js).",
+)
+def capsule_new(name: str, parent: Path | None, lang: str) -> None:
+    """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py;
+    with --lang ts or js: Capsule.toml, app.ts or app.js, package.json)."""
     from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
 
     try:
-        folder = scaffold_capsule(name, parent)
+        folder = scaffold_capsule(name, parent, lang)
     except ScaffoldError as exc:
         raise UserError(str(exc)) from None
-    click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
+    if lang == "python":
+        click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
+    else:
+        click.echo(f"created {folder}/ (Capsule.toml, app.{lang}, package.json)")
     click.echo(f"next: astrid capsule build {folder}")
-    click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
+    if lang == "python":
+        click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
+    else:
+        click.echo(f"then: astrid resources read astrid://{name}/hello --principal alice")
 
 
 class _Progress:
@@ -124,7 +138,7 @@ class _Progress:
 
     LABELS = {
         "requirements": "installing requirements.txt with pip",
-        "componentize": "building with componentize-py",
+        "componentize": "building the component (componentize-py or componentize-js)",
         "compile": "compiling for wasmtime",
         "check": "checking Capsule.toml against the component",
         "runner": "building the dev runner with componentize-py (once per astrid version)",

@@ -17,11 +17,17 @@ TEMPLATES = {
     "README.md.tmpl": "README.md",
     "test_app.py.tmpl": "tests/test_app.py",  # `astrid capsule test` runs it; the build leaves tests/ out
 }
+# The files of a TypeScript (JavaScript) capsule: its Capsule.toml names app.ts where the Python one says app.py.
+TS_TEMPLATES = {"Capsule.toml.tmpl": "Capsule.toml", "app.ts.tmpl": "app.ts", "package.json.tmpl": "package.json"}
+LANGUAGES = ("python", "ts", "js")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
-def scaffold_capsule(name: str, parent: Path | None = None) -> Path:
-    """Create `parent/name/` holding Capsule.toml, app.py, README.md and tests/test_app.py; the folder's path."""
+def scaffold_capsule(name: str, parent: Path | None = None, lang: str = "python") -> Path:
+    """Create `parent/name/` holding Capsule.toml, app.py, README.md and tests/test_app.py (for `lang` "ts"
+    or "js": Capsule.toml, app.ts or app.js, package.json); the folder's path."""
+    if lang not in LANGUAGES:
+        raise ScaffoldError(f"--lang {lang}: not a capsule language (use one of {', '.join(LANGUAGES)})")
     if not _NAME.fullmatch(name or ""):
         raise ScaffoldError(
             f"{name!r} is not a capsule name: use 1-64 characters of a-z, 0-9, '_' and '-', "
@@ -37,10 +43,15 @@ def scaffold_capsule(name: str, parent: Path | None = None) -> Path:
     except OSError as exc:
         raise ScaffoldError(f"cannot create {folder}: {exc.strerror or exc}") from None
     try:
-        for template, target in TEMPLATES.items():
-            text = (TEMPLATES_DIR / template).read_text(encoding="utf-8")
+        for template, target in (TEMPLATES if lang == "python" else TS_TEMPLATES).items():
+            text = (TEMPLATES_DIR / template).read_text(encoding="utf-8").replace("{{name}}", name)
+            if lang != "python":
+                text = text.replace("app.py", "app.ts")
+            if lang == "js":  # the same code without types: the template's TypeScript is plain JavaScript
+                target = target.replace("app.ts", "app.js")
+                text = text.replace("app.ts", "app.js")
             (folder / target).parent.mkdir(exist_ok=True)
-            (folder / target).write_text(text.replace("{{name}}", name), encoding="utf-8")
+            (folder / target).write_text(text, encoding="utf-8")
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise ScaffoldError(f"cannot write {folder}: {exc.strerror or exc}") from None

@@ -14,7 +14,7 @@ install into place. A toolchain does the rest, for its language:
   points at the author's file and line.
 
 `TOOLCHAINS` lists them in the order they are tried; `toolchain_for` picks
-one. Python (componentize-py) is the one there is today.
+one. Python (componentize-py), then JavaScript/TypeScript (componentize-js).
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ class Toolchain(Protocol):
 
 def toolchains() -> tuple[Toolchain, ...]:
     """The toolchains, in the order they are tried."""
+    from astrid.host.build.js_toolchain import JS
     from astrid.host.build.python_toolchain import PYTHON  # here: a module per language, loaded when asked
 
-    return (PYTHON,)
+    return (PYTHON, JS)
 
 
 def toolchain_for(folder: Path) -> Toolchain:

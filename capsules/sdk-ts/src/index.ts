@@ -1,0 +1,4 @@
+// The astrid capsule SDK for TypeScript and JavaScript: `import { Capsule } from '@astrid/sdk';`.
+export { Capsule, type Completer, type Handler, type TemplateOptions } from './capsule.js';
+export { Context } from './context.js';
+export type { Described, Result } from './wire.js';

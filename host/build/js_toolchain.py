@@ -1,0 +1,174 @@
+"""The JavaScript/TypeScript toolchain: a capsule folder with `app.ts` (or `app.js`), built by componentize-js.
+
+    stage the sources, the TS SDK and the WIT in a scratch folder
+    -> esbuild bundles the entry with the SDK (`@astrid/sdk`) into one ES module, `astrid:*` left as imports
+    -> componentize-js builds the component against the world `resource-capsule`
+
+Both tools are the npm packages pinned in `toolchains/js/package-lock.json`, installed there by
+`make js-toolchain` (or `$ASTRID_JS_TOOLCHAIN`), and run by its `build.mjs` on the `node` on PATH.
+The component imports the astrid:* interfaces only: every componentize-js WASI feature is off (its
+engine's WASI is 0.2.12, newer than the host's), and so is ahead-of-time compilation (weval downloads
+a binary at run time). The build appends a table from the bundle's lines to the author's `file:line`,
+which the SDK uses to point a read error or a manifest mismatch at the author's code.
+
+The content hash covers the capsule's files, the SDK's files, the WIT files, the pinned tools (the
+lock file and build.mjs) and the flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from astrid.capsules import CAPSULES_DIR
+from astrid.host.build.steps import Progress, last_line, run_tool, shown, source_files
+from astrid.host.capsule.manifest import Manifest
+from astrid.host.errors import BuildError
+from astrid.host.settings import BUILD_CACHE_ENV
+from astrid.wit import CAPSULE_WORLD, WIT_DIR
+
+ENTRIES = ("app.ts", "app.js")
+SDK_TS_DIR = CAPSULES_DIR / "sdk-ts"
+TOOLCHAIN_ENV = "ASTRID_JS_TOOLCHAIN"
+FLAGS = "esbuild-esm-es2022 disable:random,clocks,http,stdio,fetch-event table-1"
+TIMEOUT_S = 600.0
+_PHASE = re.compile(r"^phase: (\w+)$", re.MULTILINE)
+
+
+def toolchain_dir() -> Path:
+    """Where the pinned npm packages are: `$ASTRID_JS_TOOLCHAIN`, else the checkout's `toolchains/js`."""
+    configured = os.environ.get(TOOLCHAIN_ENV)
+    return Path(configured) if configured else CAPSULES_DIR.parent / "toolchains" / "js"
+
+
+def _check_installed() -> Path:
+    folder = toolchain_dir()
+    if not (folder / "node_modules" / "@bytecodealliance" / "componentize-js").is_dir():
+        raise BuildError(
+            f"the JS/TS toolchain is not installed in {folder}: run `make js-toolchain` (or set {TOOLCHAIN_ENV})"
+        )
+    if shutil.which("node") is None:
+        raise BuildError("building a JS/TS capsule needs Node.js 20+ on PATH: install it (https://nodejs.org)")
+    return folder
+
+
+def _sdk_files() -> list[Path]:
+    return sorted(p for p in SDK_TS_DIR.rglob("*") if p.is_file() and "node_modules" not in p.parts)
+
+
+def content_hash(folder: Path, exclude: tuple[Path, ...], tools: Path) -> str:
+    """sha256 over everything a build depends on."""
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        digest.update(label.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+
+    for path in source_files(folder, exclude):
+        add("capsule/" + path.relative_to(folder).as_posix(), path.read_bytes())
+    for path in _sdk_files():
+        add("sdk/" + path.relative_to(SDK_TS_DIR).as_posix(), path.read_bytes())
+    for path in sorted(WIT_DIR.rglob("*.wit")):
+        add("wit/" + path.relative_to(WIT_DIR).as_posix(), path.read_bytes())
+    for name in ("package-lock.json", "build.mjs"):
+        add("tools/" + name, (tools / name).read_bytes())
+    add("flags", f"{CAPSULE_WORLD} {FLAGS}".encode())
+    return digest.hexdigest()
+
+
+class JsToolchain:
+    language = "typescript"
+    entry = ENTRIES[0]
+
+    def _entry(self, folder: Path) -> Path | None:
+        return next((Path(folder) / e for e in ENTRIES if (Path(folder) / e).is_file()), None)
+
+    def detects(self, folder: Path) -> bool:
+        return self._entry(folder) is not None
+
+    def missing(self, folder: Path) -> str:
+        return (
+            f"{shown(Path(folder) / ENTRIES[0])} (or app.js): not found (a TypeScript capsule's entry; "
+            "start one with `astrid capsule new NAME --lang ts`)"
+        )
+
+    def prepare(
+        self, folder: Path, manifest: Manifest, *, exclude: tuple[Path, ...], cache: Path, progress: Progress | None
+    ) -> JsBuild:
+        entry = self._entry(folder)
+        if entry is None:
+            raise BuildError(self.missing(folder))
+        tools = _check_installed()
+        return JsBuild(Path(folder), entry, manifest, exclude, tools, content_hash(Path(folder), exclude, tools))
+
+
+JS = JsToolchain()
+
+
+@dataclass(frozen=True)
+class JsBuild:
+    folder: Path
+    entry: Path
+    manifest: Manifest
+    exclude: tuple[Path, ...]
+    tools: Path
+    content_hash: str
+
+    def componentize(self, out: Path, cache: Path, progress: Progress | None) -> None:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+        except OSError as exc:
+            raise BuildError(
+                f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
+            ) from None
+        try:
+            self._stage(scratch)
+            wasm = scratch / "out.wasm"
+            # componentize-js reads the WIT through a WASI sandbox that sees only its working folder: so
+            # every path is relative to the scratch folder.
+            command = [
+                "node", str(self.tools / "build.mjs"),
+                f"capsule/{self.entry.name}", "sdk/src/index.ts", "wit", CAPSULE_WORLD, "out.wasm",
+            ]  # fmt: skip
+            env = {**os.environ, "NODE_OPTIONS": ""}
+            code, output = run_tool(
+                command,
+                env=env,
+                cwd=scratch,
+                name="componentize-js",
+                progress=progress,
+                phase="componentize",
+                timeout_s=TIMEOUT_S,
+            )
+            if code != 0 or not wasm.is_file():
+                raise BuildError(explain_failure(output, self.folder))
+            os.replace(wasm, out)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _stage(self, scratch: Path) -> None:
+        """Private copies of exactly what the content hash covers."""
+        for root, files in ((self.folder, source_files(self.folder, self.exclude)), (SDK_TS_DIR, _sdk_files())):
+            target = scratch / ("capsule" if root == self.folder else "sdk")
+            for path in files:
+                copy = target / path.relative_to(root)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy)
+        shutil.copytree(WIT_DIR, scratch / "wit", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+
+
+def explain_failure(output: str, folder: Path) -> str:
+    """One line from build.mjs's output: `app.ts:LINE: message` for the author's code, else the cause."""
+    lines = [line for line in output.splitlines() if line.strip() and not _PHASE.fullmatch(line.strip())]
+    cause = last_line("\n".join(lines)) or "componentize-js failed without a message"
+    if cause.startswith("capsule/"):  # the staged copy: name the author's file
+        path, _, rest = cause.partition(":")
+        return f"{shown(folder / path.removeprefix('capsule/'))}:{rest}"
+    return cause

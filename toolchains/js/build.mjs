@@ -1,0 +1,97 @@
+// Builds a JS/TS capsule: esbuild bundles the entry with the SDK into one ESM file (the astrid:* host
+// interfaces left as imports), then componentize-js makes the component against the capsule world.
+// Usage: node build.mjs ENTRY SDK_ENTRY WIT_DIR WORLD OUT.wasm
+// Progress lines on stdout ("phase: bundle"); a failure is one line on stderr, "file:line: message", exit 1.
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import * as esbuild from 'esbuild';
+import { componentize } from '@bytecodealliance/componentize-js';
+
+const [entry, sdkEntry, witDir, world, out] = process.argv.slice(2);
+const folder = path.dirname(path.resolve(entry));
+// No WASI at all: componentize-js 0.23's engine imports WASI 0.2.12 (newer than the host's 0.2.9) and,
+// with stdio, wasi:filesystem; disabled, the component imports only the astrid:* interfaces.
+const DISABLED = ['random', 'clocks', 'http', 'stdio', 'fetch-event'];
+
+function fail(message) {
+  process.stderr.write(message.split('\n')[0] + '\n');
+  process.exit(1);
+}
+
+// The source map as "bundle line -> author file:line", for the author's files only (not the SDK):
+// the SDK reads it to name the author's line in a read error and in the manifest check's sites.
+function authorLines(map) {
+  const chars = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  const lines = {};
+  let source = 0, original = 0;
+  map.mappings.split(';').forEach((text, generated) => {
+    let column = 0, found = null;
+    for (const segment of text.split(',')) {
+      if (!segment) continue;
+      const values = [];
+      let value = 0, shift = 0;
+      for (const c of segment) {
+        const digit = chars.indexOf(c);
+        value += (digit & 31) << shift;
+        if (digit & 32) { shift += 5; continue; }
+        values.push(value & 1 ? -(value >>> 1) : value >>> 1);
+        value = 0; shift = 0;
+      }
+      column += values[0];
+      if (values.length >= 4) {
+        source += values[1];
+        original += values[2];
+        if (found === null) found = [source, original];
+      }
+    }
+    if (found === null) return;
+    const file = path.relative(folder, path.resolve(path.dirname(out), map.sources[found[0]]));
+    if (!file.startsWith('..') && !file.includes('node_modules')) lines[generated + 1] = `${file}:${found[1] + 1}`;
+  });
+  return lines;
+}
+
+let bundled;
+console.log('phase: bundle');
+try {
+  bundled = await esbuild.build({
+    entryPoints: [entry],
+    bundle: true,
+    format: 'esm',
+    platform: 'neutral',
+    target: 'es2022',
+    write: false,
+    sourcemap: 'external',
+    outfile: out + '.js',
+    external: ['astrid:*'],
+    alias: { '@astrid/sdk': path.resolve(sdkEntry) },
+    logLevel: 'silent',
+  });
+} catch (error) {
+  const first = error.errors?.[0];
+  if (first?.location) {
+    const where = path.relative(process.cwd(), path.resolve(first.location.file));
+    fail(`${where}:${first.location.line}: ${first.text}`);
+  }
+  fail(`esbuild: ${error.message}`);
+}
+const code = bundled.outputFiles.find((f) => f.path.endsWith('.js')).text;
+const map = JSON.parse(bundled.outputFiles.find((f) => f.path.endsWith('.map')).text);
+// Appended, so no line of the bundle moves.
+const source = `${code}\nglobalThis.__astridLines = ${JSON.stringify(authorLines(map))};\n`;
+
+console.log('phase: componentize');
+let result;
+try {
+  result = await componentize(source, {
+    sourceName: path.basename(entry).replace(/\.ts$/, '.js'),
+    witPath: witDir,
+    worldName: world,
+    disableFeatures: DISABLED,
+  });
+} catch (error) {
+  if (process.env.ASTRID_JS_DEBUG) console.error(error);
+  fail(`componentize-js: ${String(error.message ?? error).trim().split("\n").filter(Boolean).pop()}`);
+}
+await writeFile(out, result.component);
+console.log(`imports: ${[...new Set(result.imports.map((i) => i[0]))].join(" ")}`);
