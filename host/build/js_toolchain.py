@@ -6,10 +6,12 @@
 
 Both tools are the npm packages pinned in `toolchains/js/package-lock.json`, installed there by
 `make js-toolchain` (or `$ASTRID_JS_TOOLCHAIN`), and run by its `build.mjs` on the `node` on PATH.
-The component imports the astrid:* interfaces only: every componentize-js WASI feature is off (its
-engine's WASI is 0.2.12, newer than the host's), and so is ahead-of-time compilation (weval downloads
-a binary at run time). The build appends a table from the bundle's lines to the author's `file:line`,
-which the SDK uses to point a read error or a manifest mismatch at the author's code.
+The component imports the astrid:* interfaces and the WASI the host serves deny-by-default
+(`kernel/wasi.py`): clocks, random and stdio are on, so `Date.now()`, `Math.random()` and
+`console.log()` work; its http and fetch features are off (a capsule reaches the network with
+ctx.http), and so is ahead-of-time compilation (weval downloads a binary at run time). The build
+appends a table from the bundle's lines to the author's `file:line`, which the SDK uses to point a
+read error or a manifest mismatch at the author's code.
 
 The content hash covers the capsule's files, the SDK's files, the WIT files, the pinned tools (the
 lock file and build.mjs) and the flags.
@@ -35,7 +37,7 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 ENTRIES = ("app.ts", "app.js")
 SDK_TS_DIR = CAPSULES_DIR / "sdk-ts"
 TOOLCHAIN_ENV = "ASTRID_JS_TOOLCHAIN"
-FLAGS = "esbuild-esm-es2022 disable:random,clocks,http,stdio,fetch-event table-1"
+FLAGS = "esbuild-esm-es2022 disable:http,fetch-event table-1"
 TIMEOUT_S = 600.0
 _PHASE = re.compile(r"^phase: (\w+)$", re.MULTILINE)
 

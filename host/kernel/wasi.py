@@ -40,7 +40,7 @@ from wasmtime.component import ResourceAny, ResourceHost, ResourceType, Variant
 
 from astrid.host.kernel.wit_values import record
 
-WASI_VERSION = "0.2.9"  # what componentize-py 0.25.1 imports
+WASI_VERSION = "0.2.12"  # componentize-js 0.23 imports 0.2.12, componentize-py 0.25.1 0.2.9
 CLOCK_RESOLUTION_MS = 1
 RANDOM_BYTES_PER_CALL = 1 << 16  # wasi-libc asks 256 bytes at a time; a larger ask gets this much
 STREAM_WINDOW = 4096  # what check-write allows at once

@@ -6,6 +6,7 @@ component's size and its wasmtime compile time are printed (`-s` shows them), no
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -56,6 +57,11 @@ capsule.resource('astrid://notes/bytes', { name: 'bytes', mimeType: 'application
 
 capsule.resource('astrid://notes/broken', { name: 'broken' }, () => {
   throw new Error('no notes today');
+});
+
+capsule.resource('astrid://notes/now', { name: 'now', mimeType: 'application/json' }, () => {
+  console.error('now: read');  // stderr: the server's log at warn (console.log: at info, with -v)
+  return JSON.stringify({ now: Date.now(), iso: new Date().toISOString(), random: Math.random() });
 });
 
 capsule.template(
@@ -134,6 +140,11 @@ async def test_a_real_client_reads_resources_templates_and_completions(
         assert completed.completion.values == ["tuesday"]
         error = await served.error("astrid://notes/broken")
         assert "no notes today" in error.error.message and "app.ts:13" in error.error.message, error
+        # the host's deny-by-default WASI: the clock, randomness and the console work as in Node
+        now = json.loads(await served.text("astrid://notes/now"))
+        assert abs(now["now"] / 1000 - time.time()) < 600 and now["iso"].startswith(str(time.gmtime().tm_year))
+        assert 0 <= now["random"] < 1
+    assert "[notes] now: read" in stderr_file.read_text()
 
 
 def test_new_js_scaffolds_plain_javascript(tmp_path: Path):

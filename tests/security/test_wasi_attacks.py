@@ -67,6 +67,6 @@ def test_every_file_and_socket_function_traps_and_sockets_are_refused() -> None:
     assert served[("wasi:cli/environment", "get-environment")](None) == []
 
 
-@pytest.mark.parametrize("version", ["0.2.0", "0.2.9"])
+@pytest.mark.parametrize("version", ["0.2.0", "0.2.9", "0.2.12"])
 def test_a_wasi_import_of_any_served_release_is_accepted(version: str) -> None:
     assert wasi.wasi_import_problem(f"wasi:clocks/wall-clock@{version}", ["now"]) is None

@@ -102,8 +102,8 @@ def test_the_wasi_the_host_serves_may_be_imported(make_probe, tmp_path, componen
     ("instance", "function", "said"),
     [
         ("wasi:http/outgoing-handler@0.2.0", "handle", "wasi:http/outgoing-handler@0.2.0 (not offered to capsules)"),
-        ("wasi:cli/environment@0.2.10", "get-arguments", "this host serves WASI 0.2.9"),
-        ("wasi:cli/environment@0.3.0", "get-arguments", "this host serves WASI 0.2.9"),
+        ("wasi:cli/environment@0.2.13", "get-arguments", "this host serves WASI 0.2.12"),
+        ("wasi:cli/environment@0.3.0", "get-arguments", "this host serves WASI 0.2.12"),
         ("wasi:cli/environment@0.2.0", "get-secrets", "get-secrets (not offered to capsules)"),
     ],
 )
