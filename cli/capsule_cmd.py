@@ -290,6 +290,7 @@ def capsule_dev(path: Path, principal: str | None, http_address: str | None) -> 
             f"{path}: no {MANIFEST_NAME} here; dev mode serves one capsule folder "
             "(create one with `astrid capsule new NAME`)"
         )
+    _dev_serves_python(path, folder)
     observing = Observability(False, None, False, "text", service="astrid")
 
     def prepare(config) -> str:
@@ -315,6 +316,21 @@ def capsule_dev(path: Path, principal: str | None, http_address: str | None) -> 
 
     options = HttpOptions(address=http_address, no_auth=True, bus=BusOptions(None, None), client_trace="link")
     serve_http((folder,), principal, True, options, observing, prepare=prepare)
+
+
+def _dev_serves_python(path: Path, folder: Path) -> None:
+    """Dev mode's runner is Python's: another language's capsule is told the loop it has today."""
+    from astrid.host.build.python_toolchain import PYTHON
+    from astrid.host.build.toolchain import toolchains
+
+    if PYTHON.detects(folder):
+        return
+    other = next((toolchain for toolchain in toolchains() if toolchain.detects(folder)), None)
+    if other is not None:
+        raise UserError(
+            f"{path}: dev mode serves Python capsules, and this one is {other.language}: build it with "
+            f"`astrid capsule build {path}` while `astrid mcp serve --capsules {path}` runs (each build is reloaded)"
+        )
 
 
 def _code_mismatch(folder: Path, manifest) -> list[str]:

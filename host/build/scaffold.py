@@ -18,14 +18,20 @@ TEMPLATES = {
     "test_app.py.tmpl": "tests/test_app.py",  # `astrid capsule test` runs it; the build leaves tests/ out
 }
 # The files of a TypeScript (JavaScript) capsule: its Capsule.toml names app.ts where the Python one says app.py.
-TS_TEMPLATES = {"Capsule.toml.tmpl": "Capsule.toml", "app.ts.tmpl": "app.ts", "package.json.tmpl": "package.json"}
+# Its tests are Python, as `astrid capsule test` runs them (pytest, the `capsule` fixture), whatever the language.
+TS_TEMPLATES = {
+    "Capsule.toml.tmpl": "Capsule.toml",
+    "app.ts.tmpl": "app.ts",
+    "package.json.tmpl": "package.json",
+    "test_app.py.tmpl": "tests/test_app.py",
+}
 LANGUAGES = ("python", "ts", "js")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def scaffold_capsule(name: str, parent: Path | None = None, lang: str = "python") -> Path:
     """Create `parent/name/` holding Capsule.toml, app.py, README.md and tests/test_app.py (for `lang` "ts"
-    or "js": Capsule.toml, app.ts or app.js, package.json); the folder's path."""
+    or "js": Capsule.toml, app.ts or app.js, package.json, tests/test_app.py); the folder's path."""
     if lang not in LANGUAGES:
         raise ScaffoldError(f"--lang {lang}: not a capsule language (use one of {', '.join(LANGUAGES)})")
     if not _NAME.fullmatch(name or ""):

@@ -38,6 +38,16 @@ def test_new_with_dir_and_refusals(tmp_path: Path):
     assert bad.returncode == 1 and "not a capsule name" in bad.stderr
 
 
+def test_dev_mode_on_a_typescript_capsule_says_what_to_do_instead(tmp_path: Path):
+    assert astrid("capsule", "new", "tsnotes", "--lang", "ts", cwd=tmp_path).returncode == 0
+    refused = astrid("capsule", "dev", "tsnotes", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "error: tsnotes: dev mode serves Python capsules, and this one is typescript: build it with "
+        "`astrid capsule build tsnotes` while `astrid mcp serve --capsules tsnotes` runs (each build is reloaded)"
+    ]
+
+
 def test_a_syntax_error_is_a_one_line_error_with_file_and_line(tmp_path: Path):
     astrid("capsule", "new", "broken", cwd=tmp_path)
     app = tmp_path / "broken" / "app.py"

@@ -86,7 +86,7 @@ def test_new_ts_then_build_then_read_greets_the_principal(tmp_path: Path, monkey
     made = astrid("capsule", "new", "hellots", "--lang", "ts", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "hellots"
-    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "app.ts", "package.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "app.ts", "package.json", "tests"]
     started = time.perf_counter()
     built = astrid("capsule", "build", "hellots", cwd=tmp_path, timeout=600)
     seconds = time.perf_counter() - started
@@ -100,6 +100,9 @@ def test_new_ts_then_build_then_read_greets_the_principal(tmp_path: Path, monkey
     read = astrid("resources", "read", "astrid://hellots/hello", "--principal", "alice", "--capsules", ".", cwd=folder)
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == "Hello, alice!"
+    # the scaffold's test passes under `astrid capsule test`, as a Python capsule's does
+    tested = astrid("capsule", "test", "hellots", cwd=tmp_path, timeout=600)
+    assert tested.returncode == 0 and "3 passed" in tested.stdout, tested.stdout + tested.stderr
 
 
 def test_a_type_error_in_the_syntax_is_one_line_naming_app_ts(tmp_path: Path):
@@ -151,6 +154,6 @@ def test_new_js_scaffolds_plain_javascript(tmp_path: Path):
     made = astrid("capsule", "new", "hellojs", "--lang", "js", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "hellojs"
-    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "app.js", "package.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["Capsule.toml", "app.js", "package.json", "tests"]
     assert "export const astridHookTrigger = capsule.handler();" in (folder / "app.js").read_text()
     assert "app.py" not in (folder / "Capsule.toml").read_text()
