@@ -1,5 +1,6 @@
-// What a handler gets: the verified principal, the capsule's config and its log.
+// What a handler gets: the verified principal, the capsule's config, its log and the capabilities.
 import { getConfig, log } from 'astrid:sys/host@1.0.0';
+import { Files, Http, KeyValue } from './capabilities.js';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 
@@ -19,6 +20,26 @@ export class Context {
     } catch {
       return undefined; // not configured: the host's error says only that
     }
+  }
+
+  /** Read-only files under the mounts granted to this capsule. */
+  get fs(): Files {
+    return new Files();
+  }
+
+  /** `ctx.fs` by the name a reader may look for first. */
+  get files(): Files {
+    return this.fs;
+  }
+
+  /** This capsule's durable key-value state for the calling principal. */
+  get kv(): KeyValue {
+    return new KeyValue();
+  }
+
+  /** Outbound HTTP to the hosts granted to this capsule. */
+  get http(): Http {
+    return new Http();
   }
 
   log(message: string, level: Level = 'info'): void {

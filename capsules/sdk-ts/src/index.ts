@@ -2,3 +2,4 @@
 export { Capsule, type Completer, type Handler, type TemplateOptions } from './capsule.js';
 export { Context } from './context.js';
 export type { Described, Result } from './wire.js';
+export { HostError, NotGranted, Response, type Entry, type RequestOptions, type Stat } from './capabilities.js';
