@@ -132,6 +132,9 @@ def run() -> dict:
     log(f"the edit loop: save app.py -> served, dev mode ({EDIT_ROUNDS[0]}x) and full build ({EDIT_ROUNDS[1]}x) ...")
     edit = tool("-m", "bench.edit_loop", *map(str, EDIT_ROUNDS))
     results["edit_loop"] = json.loads(edit.strip().splitlines()[-1])
+    log("the scaffold capsule, TypeScript beside Python: build, compile, start, reads, memory ...")
+    side_by_side = tool("-m", "bench.ts_capsule", str(ROUNDS))
+    results["ts_capsule"] = json.loads(side_by_side.strip().splitlines()[-1])
     for count in COUNTS:
         a, b = results["astrid"][count], results["baseline"][count]
         results["ratios"][count] = {
@@ -220,6 +223,8 @@ def table(results: dict) -> str:
             f"build: {build['median_s']:.1f} ({build['min_s']:.1f}-{build['max_s']:.1f}) | "
             f"{1 / edit['ratio']:.3f}x |"
         )
+    if "ts_capsule" in results:
+        rows.extend(ts_capsule_rows(results["ts_capsule"]))
     largest = max(results["counts"])
     smallest = min(results["counts"])
     for count in results["counts"]:
@@ -235,6 +240,27 @@ def table(results: dict) -> str:
         f"{large['refresh_median_ms'] / small['refresh_median_ms']:.2f}x | | |"
     )
     return "\n".join(rows)
+
+
+# (metric, the result's key, its format): the TypeScript scaffold in the astrid column, the Python one as baseline
+TS_CAPSULE_ROWS = (
+    ("build from empty caches, s", "build_s", ".1f"),
+    ("component size, MB", "component_mb", ".1f"),
+    ("wasmtime compile, empty cache, s", "compile_cold_s", ".1f"),
+    ("warm start to the first read, in-process, ms", "warm_start_first_read_ms", ".1f"),
+    ("read, in-process, median ms", "read_median_ms", ".2f"),
+    ("private memory (USS) per (capsule, principal) sandbox, MiB", "uss_per_sandbox_mib", ".2f"),
+)
+
+
+def ts_capsule_rows(side_by_side: dict) -> list[str]:
+    """bench.ts_capsule's numbers: the ratio is TypeScript / Python."""
+    ts, py = side_by_side["ts"], side_by_side["python"]
+    return [
+        f"| scaffold capsule, TypeScript vs Python: {metric} | 1 | {ts[key]:{spec}} | {py[key]:{spec}} "
+        f"| {ts[key] / py[key]:.2f}x |"
+        for metric, key, spec in TS_CAPSULE_ROWS
+    ]
 
 
 def static_fanout_ratio(results: dict) -> float:

@@ -9,8 +9,9 @@ with `npm ci` in tests/e2e/conformance:
 - 0.2.0-alpha.12 with `--requirements 2026-07-28`: every scenario that
   revision requires, at the stateless 2026-07-28 wire, in one run.
 
-The server serves one capsule, tests/e2e/conformance/capsule, which holds the
-fixture URIs the scenarios read. Each run passes the suite an
+The server serves one capsule holding the fixture URIs the scenarios read:
+tests/e2e/conformance/capsule (Python), or its TypeScript twin
+tests/e2e/conformance/capsule-ts; every test runs once against each. Each run passes the suite an
 `--expected-failures` file (tests/e2e/conformance/expected-failures-*.yml), so
 the suite's own verdict, exit 0, means that only the listed scenarios or
 checks fail and every listed one still fails. The test also reads the
@@ -191,11 +192,15 @@ def assert_failures_are_the_expected_ones(suite: Suite, run: Run, checked: set[s
     )
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+# The fixture capsule in each language: the same URIs, the same expected failures.
+FIXTURES = {"python": "capsule", "ts": "capsule-ts"}
+
+
+@pytest.fixture(scope="module", params=sorted(FIXTURES))
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     """`astrid mcp serve --http 127.0.0.1:0 --no-auth --principal conformance` on the conformance capsule."""
-    root = tmp_path_factory.mktemp("conformance")
-    folder = build_clean(HERE / "capsule", root / "capsules" / "conformance").folder
+    root = tmp_path_factory.mktemp(f"conformance-{request.param}")
+    folder = build_clean(HERE / FIXTURES[request.param], root / "capsules" / "conformance").folder
     home = root / "home"
     home.mkdir()
     with http_server(
