@@ -124,13 +124,11 @@ def capsule_new(name: str, parent: Path | None, lang: str) -> None:
         raise UserError(str(exc)) from None
     if lang == "python":
         click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
+        click.echo(f"next: astrid capsule dev {folder} (serves it as you edit), or astrid capsule build {folder}")
     else:
-        click.echo(f"created {folder}/ (Capsule.toml, app.{lang}, package.json)")
-    click.echo(f"next: astrid capsule build {folder}")
-    if lang == "python":
-        click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
-    else:
-        click.echo(f"then: astrid resources read astrid://{name}/hello --principal alice")
+        click.echo(f"created {folder}/ (Capsule.toml, app.{lang}, package.json, tests/test_app.py)")
+        click.echo(f"next: astrid capsule build {folder}")
+    click.echo(f"then: astrid capsule test {folder} (runs tests/test_app.py against it)")
 
 
 class _Progress:
@@ -138,7 +136,8 @@ class _Progress:
 
     LABELS = {
         "requirements": "installing requirements.txt with pip",
-        "componentize": "building the component (componentize-py or componentize-js)",
+        "componentize": "building the component with componentize-py",
+        "componentize-js": "building the component with esbuild and componentize-js",
         "compile": "compiling for wasmtime",
         "check": "checking Capsule.toml against the component",
         "runner": "building the dev runner with componentize-py (once per astrid version)",

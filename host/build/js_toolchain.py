@@ -146,7 +146,7 @@ class JsBuild:
                 cwd=scratch,
                 name="componentize-js",
                 progress=progress,
-                phase="componentize",
+                phase="componentize-js",
                 timeout_s=TIMEOUT_S,
             )
             if code != 0 or not wasm.is_file():
