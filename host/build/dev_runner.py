@@ -14,18 +14,15 @@ empty site, no host Python in the environment.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from astrid.capsules import CAPSULES_DIR, SDK_DIR
 from astrid.host.build.python_toolchain import _HOST_PYTHON_ENV, componentize_py_version, explain_failure
 from astrid.host.build.requirements import site_packages_of
-from astrid.host.build.steps import Progress, run_tool
+from astrid.host.build.steps import ContentDigest, Progress, run_tool, scratch_folder
 from astrid.host.errors import BuildError
-from astrid.host.settings import BUILD_CACHE_ENV
 from astrid.wit import DEV_RUNNER_WORLD, WIT_DIR
 
 RUNNER_DIR = CAPSULES_DIR / "runner"
@@ -39,13 +36,12 @@ def _files(root: Path, suffix: str) -> list[Path]:
 
 def runner_hash() -> str:
     """sha256 over the runner's sources, the SDK, the WIT, componentize-py's version and the world."""
-    digest = hashlib.sha256(RUNNER_FORMAT.encode() + b"\0")
+    digest = ContentDigest()
+    digest.add("format", RUNNER_FORMAT.encode())
     for label, root, suffix in (("runner", RUNNER_DIR, ".py"), ("sdk", SDK_DIR, ".py"), ("wit", WIT_DIR, ".wit")):
-        for path in _files(root, suffix):
-            data = path.read_bytes()
-            name = f"{label}/{path.relative_to(root).as_posix()}".encode()
-            digest.update(name + b"\0" + len(data).to_bytes(8, "big") + data)
-    digest.update(f"componentize-py {componentize_py_version()}\0{DEV_RUNNER_WORLD}\0{RUNNER_MODULE}".encode())
+        digest.add_files(f"{label}/", root, _files(root, suffix))
+    digest.add("componentize-py", componentize_py_version().encode())
+    digest.add("world", f"{DEV_RUNNER_WORLD} {RUNNER_MODULE}".encode())
     return digest.hexdigest()
 
 
@@ -58,14 +54,7 @@ def dev_runner(cache: Path, progress: Progress | None = None) -> Path:
     out = runner_path(cache)
     if out.is_file():
         return out
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="dev-runner-", dir=cache))
-    except OSError as exc:
-        raise BuildError(
-            f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
-        ) from None
-    try:
+    with scratch_folder(cache, "dev-runner-") as scratch:
         runner, sdk, site = scratch / "runner", scratch / "sdk", scratch / "site"
         for root, copy in ((RUNNER_DIR, runner), (SDK_DIR, sdk)):
             for path in _files(root, ".py"):
@@ -88,6 +77,4 @@ def dev_runner(cache: Path, progress: Progress | None = None) -> Path:
         if code != 0 or not wasm.is_file():
             raise BuildError(f"building the dev runner failed: {explain_failure(output, RUNNER_DIR)}")
         os.replace(wasm, out)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return out

@@ -19,19 +19,16 @@ lock file and build.mjs) and the flags.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from astrid.capsules import CAPSULES_DIR
-from astrid.host.build.steps import Progress, last_line, run_tool, shown, source_files
+from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
-from astrid.host.settings import BUILD_CACHE_ENV
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRIES = ("app.ts", "app.js")
@@ -65,22 +62,12 @@ def _sdk_files() -> list[Path]:
 
 def content_hash(folder: Path, exclude: tuple[Path, ...], tools: Path) -> str:
     """sha256 over everything a build depends on."""
-    digest = hashlib.sha256()
-
-    def add(label: str, data: bytes) -> None:
-        digest.update(label.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-
-    for path in source_files(folder, exclude):
-        add("capsule/" + path.relative_to(folder).as_posix(), path.read_bytes())
-    for path in _sdk_files():
-        add("sdk/" + path.relative_to(SDK_TS_DIR).as_posix(), path.read_bytes())
-    for path in sorted(WIT_DIR.rglob("*.wit")):
-        add("wit/" + path.relative_to(WIT_DIR).as_posix(), path.read_bytes())
-    for name in ("package-lock.json", "build.mjs"):
-        add("tools/" + name, (tools / name).read_bytes())
-    add("flags", f"{CAPSULE_WORLD} {FLAGS}".encode())
+    digest = ContentDigest()
+    digest.add_files("capsule/", folder, source_files(folder, exclude))
+    digest.add_files("sdk/", SDK_TS_DIR, _sdk_files())
+    digest.add_files("wit/", WIT_DIR, sorted(WIT_DIR.rglob("*.wit")))
+    digest.add_files("tools/", tools, [tools / "package-lock.json", tools / "build.mjs"])
+    digest.add("flags", f"{CAPSULE_WORLD} {FLAGS}".encode())
     return digest.hexdigest()
 
 
@@ -123,14 +110,7 @@ class JsBuild:
     content_hash: str
 
     def componentize(self, out: Path, cache: Path, progress: Progress | None) -> None:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
-        except OSError as exc:
-            raise BuildError(
-                f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
-            ) from None
-        try:
+        with scratch_folder(cache, "build-") as scratch:
             self._stage(scratch)
             wasm = scratch / "out.wasm"
             # componentize-js reads the WIT through a WASI sandbox that sees only its working folder: so
@@ -152,8 +132,6 @@ class JsBuild:
             if code != 0 or not wasm.is_file():
                 raise BuildError(explain_failure(output, self.folder))
             os.replace(wasm, out)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
 
     def _stage(self, scratch: Path) -> None:
         """Private copies of exactly what the content hash covers."""

@@ -24,13 +24,11 @@ the installed packages, the componentize-py version and the build flags.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
@@ -38,11 +36,10 @@ from pathlib import Path
 
 from astrid.capsules import SDK_DIR
 from astrid.host.build.requirements import REQUIREMENTS_FILE, Site, install_site, read_requirements, site_packages_of
-from astrid.host.build.steps import Progress, last_line, run_tool, shown, source_files
+from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.build.unfit_packages import unfit_module
 from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
-from astrid.host.settings import BUILD_CACHE_ENV
 from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRY_MODULE = "app"
@@ -76,24 +73,15 @@ def _wit_files() -> list[Path]:
 
 def content_hash(folder: Path, exclude: tuple[Path, ...] = (), site: str | None = None) -> str:
     """sha256 over everything a build depends on; `site` is the tree hash of the installed requirements."""
-    digest = hashlib.sha256()
-
-    def add(label: str, data: bytes) -> None:
-        digest.update(label.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-
-    for path in source_files(folder, exclude):
-        add("capsule/" + path.relative_to(folder).as_posix(), path.read_bytes())
-    for path in _sdk_files():
-        add("sdk/" + path.relative_to(SDK_DIR).as_posix(), path.read_bytes())
-    for path in _wit_files():
-        add("wit/" + path.relative_to(WIT_DIR).as_posix(), path.read_bytes())
+    digest = ContentDigest()
+    digest.add_files("capsule/", folder, source_files(folder, exclude))
+    digest.add_files("sdk/", SDK_DIR, _sdk_files())
+    digest.add_files("wit/", WIT_DIR, _wit_files())
     if site is not None:
-        add("site", site.encode())
-    add("componentize-py", componentize_py_version().encode())
-    add("flags", " ".join((CAPSULE_WORLD, ENTRY_MODULE, *COMPONENTIZE_FLAGS)).encode())
-    add("isolation", ISOLATION.encode())
+        digest.add("site", site.encode())
+    digest.add("componentize-py", componentize_py_version().encode())
+    digest.add("flags", " ".join((CAPSULE_WORLD, ENTRY_MODULE, *COMPONENTIZE_FLAGS)).encode())
+    digest.add("isolation", ISOLATION.encode())
     return digest.hexdigest()
 
 
@@ -152,14 +140,7 @@ class PythonBuild:
     def componentize(self, out: Path, cache: Path, progress: Progress | None) -> None:
         from astrid.host.toolpaths import componentize_py
 
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
-        except OSError as exc:
-            raise BuildError(
-                f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
-            ) from None
-        try:
+        with scratch_folder(cache, "build-") as scratch:
             wasm = scratch / f"{self.manifest.name}.wasm"
             guest, sdk, site_root = self._stage(scratch)
             command = [
@@ -183,8 +164,6 @@ class PythonBuild:
             if code != 0 or not wasm.is_file():
                 raise BuildError(explain_failure(output, self.folder, self.site))
             os.replace(wasm, out)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
 
     def _stage(self, scratch: Path) -> tuple[Path, Path, Path]:
         """Private copies of what the guest sees while componentize-py builds it: (capsule, SDK, site root).

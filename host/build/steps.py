@@ -4,20 +4,26 @@ for path in source_files(folder): ...              # sorted; no caches, hidden e
 code, output = run_tool(command, env=env, cwd=scratch, progress=progress, phase="componentize",
                         name="componentize-py")    # the tool's output, ticked about four times a second
 value = with_ticks("compile", work, progress)      # any slow call, ticked from this thread
+digest = ContentDigest(); digest.add_files("sdk/", SDK_DIR, files); digest.hexdigest()   # a build's key
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from astrid.host.capsule.discovery import TESTS_FOLDER
 from astrid.host.errors import BuildError
+from astrid.host.settings import BUILD_CACHE_ENV
 
 T = TypeVar("T")
 # progress(phase, elapsed_seconds): 0.0 when a slow phase starts, then about four times a second
@@ -27,6 +33,43 @@ TICK_S = 0.25
 # Folders and files never part of a capsule's source.
 SKIP_DIRS = {"__pycache__", "node_modules"}
 SKIP_SUFFIXES = {".wasm", ".cwasm", ".pyc", ".pyo", ".tmp"}
+
+
+class ContentDigest:
+    """sha256 over labelled inputs, each with its length: no two different sets of inputs hash alike."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+
+    def add(self, label: str, data: bytes) -> None:
+        self._sha.update(label.encode("utf-8", "surrogateescape") + b"\0")
+        self._sha.update(len(data).to_bytes(8, "big"))
+        self._sha.update(data)
+
+    def add_files(self, prefix: str, root: Path, paths: Iterable[Path]) -> None:
+        """Each file's bytes, labelled `prefix` + its path under `root`."""
+        for path in paths:
+            self.add(prefix + path.relative_to(root).as_posix(), path.read_bytes())
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+@contextmanager
+def scratch_folder(cache: Path, prefix: str) -> Iterator[Path]:
+    """A private folder in the build cache `cache` for one build, removed afterwards; a BuildError
+    naming the cache (and the setting that moves it) when it cannot be used."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=cache))
+    except OSError as exc:
+        raise BuildError(
+            f"cannot use the build cache at {cache}: {exc.strerror or exc} (set {BUILD_CACHE_ENV})"
+        ) from None
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def source_files(folder: Path, exclude: tuple[Path, ...] = ()) -> Iterator[Path]:
