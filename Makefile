@@ -49,7 +49,7 @@ $(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.js
 # The JS/TS capsule toolchain (esbuild bundles, componentize-js builds the component), pinned in
 # $(JS_TOOLCHAIN)/package-lock.json and installed there: `astrid capsule build` of an app.ts uses it.
 $(JS_STAMP): $(JS_TOOLCHAIN)/package.json $(JS_TOOLCHAIN)/package-lock.json
-	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the JS/TS capsule toolchain)" 1>&2; exit 1; }
+	@command -v npm >/dev/null || { echo "make test and make build-capsules need Node.js 20+ and npm (the JS/TS capsule toolchain)" 1>&2; exit 1; }
 	@echo "installing the JS/TS capsule toolchain (componentize-js, esbuild) into $(JS_TOOLCHAIN) ..." 1>&2
 	@cd $(JS_TOOLCHAIN) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(JS_STAMP)
@@ -67,15 +67,18 @@ $(REGISTRY_BIN):
 	  apt-get update -qq 1>&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry 1>&2; \
 	}
 
-build-capsules: $(STAMP)
+# feeds is TypeScript: its build needs the JS toolchain (Node.js 20+ and npm).
+build-capsules: $(STAMP) $(JS_STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/docs 1>&2
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/files 1>&2
+	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/feeds 1>&2
 
 # stdio MCP server on the bundled capsules (plus the capsule home); stderr says
 # what is served, `astrid mcp config` how to connect Claude Desktop.
 serve: build-capsules
-	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files
+	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files \
+	  --capsules $(CAPSULE_DIR)/feeds
 
 test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q

@@ -241,3 +241,11 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
 
             # the server kept serving through every refusal
             assert json.loads(await served.text("astrid://feeds/atom"))["items"][0]["title"] == "Entry <one>"
+
+            # a feed added to Capsule.toml while the server runs: no rebuild, no restart
+            manifest = folder / "Capsule.toml"
+            manifest.write_text(manifest.read_text() + f'more = "http://127.0.0.1:{port}/atom.xml"\n')
+            with anyio.fail_after(60):
+                while "more" not in [f["name"] for f in json.loads(await served.text("astrid://feeds/index"))["feeds"]]:
+                    await anyio.sleep(0.2)
+            assert json.loads(await served.text("astrid://feeds/more"))["title"] == "Atom on loopback"

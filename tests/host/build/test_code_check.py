@@ -276,7 +276,7 @@ def test_a_bundled_copy_passes_the_check(tmp_path: Path):
     from astrid.capsules import CAPSULES_DIR
     from tests.support.paths import REPO
 
-    folders = [CAPSULES_DIR / n for n in ("docs", "introspect", "files")]
+    folders = [CAPSULES_DIR / n for n in ("docs", "introspect", "files", "feeds")]
     folders += sorted((REPO / "tests" / "e2e" / "capsules").iterdir()) + [FIXTURES / "faulty"]
     for source in folders:
         folder = tmp_path / source.name
