@@ -55,7 +55,7 @@ function rss(root: XmlElement, maxItems: number): Feed {
     const summary = clip(description || content, SUMMARY_CHARS);
     return {
       title: plain(child(item, 'title')) || clip(summary, 80) || '(untitled)',
-      link: plain(child(item, 'link')) || (permalink ? plain(guid) : ''),
+      link: web(plain(child(item, 'link')) || (permalink ? plain(guid) : '')),
       date: isoDate(plain(child(item, 'pubdate') ?? child(item, 'dc:date'))),
       summary,
       text: clip(content || description, TEXT_CHARS),
@@ -64,7 +64,7 @@ function rss(root: XmlElement, maxItems: number): Feed {
   return {
     format: 'rss',
     title: plain(child(channel, 'title')),
-    link: plain(child(channel, 'link')),
+    link: web(plain(child(channel, 'link'))),
     description: clip(html(child(channel, 'description')), SUMMARY_CHARS),
     items,
   };
@@ -115,7 +115,13 @@ function allLocal(element: XmlElement, local: string): XmlElement[] {
 function atomLink(element: XmlElement): string {
   const links = allLocal(element, 'link');
   const page = links.find((l) => (l.attrs.rel ?? 'alternate') === 'alternate') ?? links[0];
-  return (page?.attrs.href ?? '').trim();
+  return web((page?.attrs.href ?? '').trim());
+}
+
+// A link as a client may show it: http(s) or relative; another scheme (`javascript:`, `data:`) from an
+// untrusted feed is dropped.
+function web(link: string): string {
+  return /^[a-z][a-z0-9+.-]*:/i.test(link) && !/^https?:/i.test(link) ? '' : link;
 }
 
 // An Atom text construct: type="html" is escaped HTML, "xhtml" inline markup, else plain text.

@@ -72,6 +72,12 @@ CASES: dict[str, tuple[str, int]] = {
         "<atom:updated>2021-05-06T07:08:09Z</atom:updated></atom:entry></atom:feed>",
         10,
     ),
+    "schemes": (
+        '<feed><entry><title>J</title><link href="javascript:alert(1)"/></entry>'
+        '<entry><title>R</title><link href="/posts/r"/></entry>'
+        '<entry><title>H</title><link href="HTTPS://h/"/></entry></feed>',
+        10,
+    ),
     "rss without channel": ("<rss><item><title>x</title></item></rss>", 10),
     "html page": ("<html><head><title>x</title></head><body>no feed link</body></html>", 10),
 }
@@ -167,6 +173,10 @@ def test_inline_html_and_stray_end_tags_read_as_text(results):
     assert item["title"] == "a < b"
     assert item["summary"] == "Hi there you"
     assert item["link"] == "http://i/"
+
+
+def test_links_of_another_scheme_are_dropped_relative_ones_kept(results):
+    assert [item["link"] for item in feed(results, "schemes")["items"]] == ["", "/posts/r", "HTTPS://h/"]
 
 
 def test_atom_elements_may_carry_a_prefix(results):

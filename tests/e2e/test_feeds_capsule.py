@@ -3,7 +3,7 @@
 Its own build (componentize-js, from the build cache after the first run), then what an operator does:
 Capsule.toml edited to name the feeds and ask for their host (no rebuild), the host granted while the
 server runs. A tiny HTTP server on loopback serves an RSS 2.0 and an Atom feed, a web page, a
-document that is no feed and a 404.
+document that is no feed and a 404; another port has nothing listening.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from astrid.capsules import CAPSULES_DIR
 from astrid.host.capabilities.grants import GrantStore
 from astrid.host.settings import CONFIG_DIR_ENV, DATA_DIR_ENV
 from tests.support.capsules import build_clean
-from tests.support.processes import server_env
+from tests.support.processes import free_port, server_env
 from tests.support.stdio import StdioSession, stdio_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -121,12 +121,12 @@ def built_feeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_clean(CAPSULES_DIR / "feeds", tmp_path_factory.mktemp("feeds") / "feeds").folder
 
 
-def configure(folder: Path, port: int) -> None:
+def configure(folder: Path, port: int, closed: int) -> None:
     """What the operator does in Capsule.toml: the feeds under [config.feeds], their host under http."""
     manifest = (folder / "Capsule.toml").read_text(encoding="utf-8")
     shipped_ask = 'http = ["github.com"]'
     assert shipped_ask in manifest and "\n[config.feeds]\n" in manifest
-    manifest = manifest.replace(shipped_ask, f'http = ["http://127.0.0.1:{port}"]')
+    manifest = manifest.replace(shipped_ask, 'http = ["http://127.0.0.1"]')  # any port: see the grants
     base = f"http://127.0.0.1:{port}"
     feeds = {
         "rss": f"{base}/rss.xml",
@@ -134,6 +134,7 @@ def configure(folder: Path, port: int) -> None:
         "page": f"{base}/page.html",
         "plain": f"{base}/plain.txt",
         "gone": f"{base}/gone.xml",
+        "down": f"http://127.0.0.1:{closed}/rss.xml",  # nothing listens there
         "elsewhere": f"http://localhost:{port}/rss.xml",  # a host Capsule.toml does not ask for
         "bad name": f"{base}/rss.xml",
         "ftp": "ftp://example.invalid/feed",
@@ -159,14 +160,15 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
         for path in built_feeds.iterdir():
             if path.is_file():
                 (folder / path.name).write_bytes(path.read_bytes())
-        configure(folder, port)
+        closed = free_port()
+        configure(folder, port, closed)
         grant = f"http:http://127.0.0.1:{port}"
         env = server_env(capsule_home, **user)
         async with stdio_session(folder, capsule_home=capsule_home, stderr=stderr_file, env=env) as served:
             # the index: the configured feeds, the grant each needs, and the configuration's mistakes
             with anyio.fail_after(120):
                 index = json.loads(await served.text("astrid://feeds/index"))
-            names = ["rss", "atom", "page", "plain", "gone", "elsewhere"]
+            names = ["rss", "atom", "page", "plain", "gone", "down", "elsewhere"]
             assert [f["name"] for f in index["feeds"]] == names
             assert index["feeds"][0] == {
                 "name": "rss",
@@ -190,7 +192,9 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
             message = await error_of(served, "astrid://feeds/rss")
             assert f"astrid capsule grant feeds {grant}" in message and "feed rss" in message, message
 
-            GrantStore(tmp_path / "config" / "grants.json").grant("feeds", grant)  # no restart
+            grants = GrantStore(tmp_path / "config" / "grants.json")
+            grants.grant("feeds", grant)  # no restart
+            grants.grant("feeds", f"http:http://127.0.0.1:{closed}")
 
             rss = json.loads(await served.text("astrid://feeds/rss"))
             assert (rss["format"], rss["title"], rss["link"]) == (
@@ -233,6 +237,8 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
             assert "is not an RSS or Atom feed" in plain and "no XML element" in plain, plain
             gone = await error_of(served, "astrid://feeds/gone")
             assert "HTTP 404" in gone and "[config.feeds]" in gone, gone
+            down = await error_of(served, "astrid://feeds/down")
+            assert "connection-error" in down and f"that http://127.0.0.1:{closed} is up" in down, down
             unknown = await error_of(served, "astrid://feeds/nope")
             assert "no feed named nope" in unknown and "rss, atom" in unknown, unknown
             # a host the manifest does not ask for: a grant alone would not do, the error says what to add
