@@ -2,7 +2,7 @@
 
 Its own build (componentize-js, from the build cache after the first run), then what an operator does:
 Capsule.toml edited to name the feeds and ask for their host (no rebuild), the host granted while the
-server runs. A tiny HTTP server on loopback serves an RSS 2.0 and an Atom feed, a web page, a
+server runs. A tiny HTTP server on loopback serves an RSS 2.0 and an Atom feed, a Latin-1 one, a web page, a
 document that is no feed and a 404; another port has nothing listening.
 """
 
@@ -79,11 +79,14 @@ PAGE = """\
 </head><body><p>Hi<br>there</p></body></html>
 """
 
-ROUTES = {
-    "/rss.xml": (200, "application/rss+xml", RSS),
-    "/atom.xml": (200, "application/atom+xml", ATOM),
-    "/page.html": (200, "text/html", PAGE),
-    "/plain.txt": (200, "text/plain", "hello, no markup at all"),
+LATIN1 = '<?xml version="1.0" encoding="ISO-8859-1"?><rss><channel><title>Caf\u00e9 \u00bb</title></channel></rss>'
+
+ROUTES: dict[str, tuple[int, str, bytes]] = {
+    "/rss.xml": (200, "application/rss+xml", RSS.encode()),
+    "/atom.xml": (200, "application/atom+xml", ATOM.encode()),
+    "/page.html": (200, "text/html", PAGE.encode()),
+    "/latin1.xml": (200, "application/xml", LATIN1.encode("latin-1")),
+    "/plain.txt": (200, "text/plain", b"hello, no markup at all"),
 }
 
 
@@ -96,8 +99,7 @@ def feed_server() -> Iterator[int]:
             return
 
         def do_GET(self) -> None:
-            status, kind, body = ROUTES.get(self.path, (404, "text/plain", "not here"))
-            payload = body.encode()
+            status, kind, payload = ROUTES.get(self.path, (404, "text/plain", b"not here"))
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(payload)))
@@ -133,6 +135,7 @@ def configure(folder: Path, port: int, closed: int) -> None:
         "atom": f"{base}/atom.xml",
         "page": f"{base}/page.html",
         "plain": f"{base}/plain.txt",
+        "latin1": f"{base}/latin1.xml",
         "gone": f"{base}/gone.xml",
         "down": f"http://127.0.0.1:{closed}/rss.xml",  # nothing listens there
         "elsewhere": f"http://localhost:{port}/rss.xml",  # a host Capsule.toml does not ask for
@@ -168,7 +171,7 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
             # the index: the configured feeds, the grant each needs, and the configuration's mistakes
             with anyio.fail_after(120):
                 index = json.loads(await served.text("astrid://feeds/index"))
-            names = ["rss", "atom", "page", "plain", "gone", "down", "elsewhere"]
+            names = ["rss", "atom", "page", "plain", "latin1", "gone", "down", "elsewhere"]
             assert [f["name"] for f in index["feeds"]] == names
             assert index["feeds"][0] == {
                 "name": "rss",
@@ -224,6 +227,8 @@ async def test_feeds_are_listed_completed_read_and_refused_clearly(
             assert one["summary"] == "Hello & welcome"
             assert one["date"] == "2024-02-03T09:20:30.000Z"
             assert (two["title"], two["date"], two["summary"]) == ("Entry two", "not a date", "Inline xhtml")
+
+            assert json.loads(await served.text("astrid://feeds/latin1"))["title"] == "Café »"  # declared, not UTF-8
 
             item = await served.text("astrid://feeds/rss/1")
             assert item.startswith("# First <post> & more\n\n<http://example.invalid/1> · 2003-06-10T04:00:00.000Z\n")
