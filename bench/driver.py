@@ -21,6 +21,12 @@ class Timings:
     read_fresh: list[float] = field(default_factory=list)  # resources that declare max_age_s
     resources: int = 0
 
+    def add(self, more: Timings) -> None:
+        """Another block of rounds on another server of the same system."""
+        self.resources = more.resources
+        for samples in ("list_warm", "read_text", "read_blob", "read_fresh"):
+            getattr(self, samples).extend(getattr(more, samples))
+
 
 def summary(samples: list[float]) -> dict[str, float]:
     if not samples:

@@ -1,9 +1,10 @@
 """Concurrency over HTTP: throughput and latency with 1, 8 and 32 concurrent clients.
 
-Run: python -m bench.http_load CAPSULE_DIR K [SECONDS] -> one JSON object.
+Run: python -m bench.http_load CAPSULE_DIR K [SECONDS] [--no-workers] -> one JSON object.
 Starts `astrid mcp serve --http` (no auth, loopback, one principal) on the
-K bench capsules in CAPSULE_DIR and the baseline server over HTTP on the same
-K, then for each client count drives both in turn: every client is its own
+K bench capsules in CAPSULE_DIR, and the two baselines over HTTP on the same
+K (the low-level server and FastMCP), then for each client count drives the
+three in turn: every client is its own
 MCP session (its own HTTP connection pool) reading the same text resource in
 a loop for SECONDS. The clients run in this process, so both systems share
 the same client-side cost on the same two cores.
@@ -108,21 +109,38 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     folder, count = Path(sys.argv[1]), int(sys.argv[2])
-    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 and not sys.argv[3].startswith("-") else 5.0
     astrid = str(Path(sys.executable).parent / "astrid")
     astrid_cmd = [astrid, "mcp", "serve", "--http", "127.0.0.1:0", "--no-auth", "--principal", "bench"]
     astrid_cmd += ["--no-watch", "--no-access-log", "--capsules", str(folder)]
     # one principal, 32 sessions and requests: above the default caps of 16 per user (limits, not the load measured)
     astrid_cmd += ["--http-limit", "sessions-per-principal=64", "--http-limit", "requests-per-principal=64"]
     baseline_cmd = [sys.executable, "-m", "bench.baseline_server", str(count), "--http", "127.0.0.1:0"]
-    results: dict[str, Any] = {"seconds": seconds, "astrid": {}, "baseline": {}, "throughput_ratio": {}}
-    with started(astrid_cmd, "ready in") as astrid_url, started(baseline_cmd, "baseline serving") as baseline_url:
+    fastmcp_cmd = [sys.executable, "-m", "bench.fastmcp_server", str(count), "--http", "127.0.0.1:0"]
+    results: dict[str, Any] = {
+        "seconds": seconds,
+        "astrid": {},
+        "baseline": {},
+        "fastmcp": {},
+        "throughput_ratio": {},  # astrid / the low-level server
+        "throughput_ratio_fastmcp": {},
+    }
+    with (
+        started(astrid_cmd, "ready in") as astrid_url,
+        started(baseline_cmd, "baseline serving") as baseline_url,
+        started(fastmcp_cmd, "fastmcp serving") as fastmcp_url,
+    ):
+        urls = {"baseline": baseline_url, "fastmcp": fastmcp_url, "astrid": astrid_url}
         for clients in CLIENT_COUNTS:
-            for system, url in (("baseline", baseline_url), ("astrid", astrid_url)):
+            for system, url in urls.items():
                 print(f"http load: {system}, {clients} clients, {seconds:g} s ...", file=sys.stderr, flush=True)
                 results[system][clients] = anyio.run(load, url, clients, seconds)
-            a, b = results["astrid"][clients], results["baseline"][clients]
-            results["throughput_ratio"][clients] = a["throughput_rps"] / b["throughput_rps"]
+            a = results["astrid"][clients]["throughput_rps"]
+            results["throughput_ratio"][clients] = a / results["baseline"][clients]["throughput_rps"]
+            results["throughput_ratio_fastmcp"][clients] = a / results["fastmcp"][clients]["throughput_rps"]
+        if "--no-workers" in sys.argv:
+            print(json.dumps(results))
+            return
         # The same load on 1 and 2 capsule-host processes (replicas over a private NATS), the baseline
         # (still running) measured again beside each so the ratio is of the same moment.
         results["workers"] = {"clients": WORKER_CLIENTS}

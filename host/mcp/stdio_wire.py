@@ -9,8 +9,13 @@ a worker thread, through `select` on the wire and the stop's pipe.
 Writing: a line of at most `PIPE_BUF` bytes to a pipe or a socket that
 `poll` says is writable is written on the loop: such a write is whole and
 never blocks (POSIX: a pipe takes it atomically once a buffer slot is free).
-Anything else (a long line, a full pipe, a terminal, a file) is written on a
-worker thread, so a client that stops reading never stalls the loop.
+On Linux a longer line (a 64 KiB blob's 87 KB) to a pipe is written on the
+loop too when the pipe is empty and its capacity holds the whole line: every
+buffer slot is then free, so the write cannot block. The wire asks for a
+1 MiB pipe once (`F_SETPIPE_SZ`; the kernel allocates pages only as they
+fill). Anything else (a longer line, a pipe the client has not drained, a
+terminal, a file) is written on a worker thread, so a client that stops
+reading never stalls the loop.
 
 Lines end at "\\n" (a "\\r" before it is left to the JSON parser, which
 takes it as whitespace); the bytes are UTF-8, an invalid byte becomes U+FFFD
@@ -23,6 +28,7 @@ any thread: a reader waiting on a quiet wire wakes at once.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import errno
@@ -37,6 +43,8 @@ import anyio
 READ_CHUNK = 64 * 1024
 # Writes up to this size to a writable pipe are atomic and do not block (POSIX).
 INLINE_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)
+# The pipe capacity the wire asks for (Linux; the default 64 KiB is less than a 64 KiB blob's line)
+PIPE_CAPACITY_BYTES = 1 << 20
 
 
 class InputStop:
@@ -221,12 +229,14 @@ class WireWriter:
         self._lock = anyio.Lock()
         mode = os.fstat(fd).st_mode
         self._inline = os.name != "nt" and hasattr(select, "poll") and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
+        # Linux pipes: how much a write into the empty pipe takes without blocking (0: not known)
+        self._capacity = _pipe_capacity(fd) if stat.S_ISFIFO(mode) else 0
         self.inline_writes = 0  # how many lines skipped the worker thread (tests)
 
     async def write(self, text: str) -> None:
         data = text.encode("utf-8")
         async with self._lock:
-            if self._inline and len(data) <= INLINE_WRITE_BYTES and _writable(self._fd, timeout_ms=0):
+            if self._on_loop(len(data)):
                 try:
                     written = os.write(self._fd, data)  # whole: at most PIPE_BUF bytes into a slot that is free
                 except BlockingIOError:  # a descriptor someone made non-blocking, full after all: the thread waits
@@ -236,6 +246,14 @@ class WireWriter:
                 data = data[written:]
             if data:
                 await anyio.to_thread.run_sync(self._write_all, data)
+
+    def _on_loop(self, size: int) -> bool:
+        """Would a write of `size` bytes be whole without blocking? (Else a worker thread writes it.)"""
+        if not self._inline:
+            return False
+        if size <= INLINE_WRITE_BYTES:
+            return _writable(self._fd, timeout_ms=0)
+        return size <= self._capacity and _pipe_empty(self._fd)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -257,6 +275,35 @@ def _writable(fd: int, *, timeout_ms: int | None) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
     return any(events & select.POLLOUT for _, events in poller.poll(timeout_ms))
+
+
+def _pipe_capacity(fd: int) -> int:
+    """The capacity of the pipe `fd` writes to, raised to `PIPE_CAPACITY_BYTES` where the kernel
+    allows it (Linux; the limit is /proc/sys/fs/pipe-max-size); 0 where it cannot be known."""
+    try:
+        import fcntl
+        import termios
+
+        if not hasattr(fcntl, "F_GETPIPE_SZ") or not hasattr(termios, "FIONREAD"):
+            return 0
+        with contextlib.suppress(OSError):  # over the user's limit: keep the size it has
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_CAPACITY_BYTES)
+        return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+    except (ImportError, OSError):
+        return 0
+
+
+def _pipe_empty(fd: int) -> bool:
+    """Has the reader taken every byte written to the pipe `fd` (Linux `FIONREAD`, on either end)?"""
+    import fcntl
+    import termios
+
+    pending = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, pending, True)
+    except OSError:
+        return False
+    return pending[0] == 0
 
 
 def _close_quietly(fd: int) -> None:

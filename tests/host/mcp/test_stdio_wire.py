@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 import time
 from collections import Counter
@@ -105,6 +106,7 @@ async def test_a_stop_ends_the_input_of_a_quiet_pipe_at_once() -> None:
 async def test_short_lines_to_a_pipe_are_written_on_the_loop_and_long_ones_on_a_thread(thread_calls) -> None:
     read_fd, write_fd = os.pipe()
     writer = WireWriter(write_fd)
+    writer._capacity = 0  # as where the pipe's capacity cannot be known (not Linux)
     short = '{"id": 1}\n'
     long = '{"id": 2, "blob": "' + "x" * (2 * INLINE_WRITE_BYTES) + '"}\n'
     received = bytearray()
@@ -128,10 +130,33 @@ async def test_short_lines_to_a_pipe_are_written_on_the_loop_and_long_ones_on_a_
     assert received.decode() == short + long + short
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe capacity and FIONREAD are Linux's")
+async def test_a_long_line_to_an_empty_pipe_that_holds_it_is_written_on_the_loop(thread_calls) -> None:
+    read_fd, write_fd = os.pipe()
+    writer = WireWriter(write_fd)
+    blob = '{"id": 2, "blob": "' + "x" * 87_000 + '"}\n'  # a 64 KiB blob's line: more than a default pipe holds
+    assert writer._capacity >= len(blob), "the wire could not raise the pipe's capacity"
+    try:
+        await writer.write(blob)  # the pipe is empty: on the loop
+        assert (writer.inline_writes, thread_calls["to_thread"]) == (1, 0)
+        await writer.write(blob)  # the client has not read the first: a worker thread waits for room
+        assert (writer.inline_writes, thread_calls["to_thread"]) == (1, 1)
+        received = bytearray()
+        while len(received) < 2 * len(blob):
+            received.extend(os.read(read_fd, 1 << 20))
+        await writer.write(blob)  # drained: on the loop again
+        assert (writer.inline_writes, thread_calls["to_thread"]) == (2, 1)
+        received.extend(os.read(read_fd, 1 << 20))
+    finally:
+        writer.close()
+        os.close(read_fd)
+    assert received.decode() == blob * 3
+
+
 async def test_a_client_that_stops_reading_never_stalls_the_loop() -> None:
     read_fd, write_fd = os.pipe()
+    writer = WireWriter(write_fd)  # first: it may raise the pipe's capacity
     _fill(write_fd)
-    writer = WireWriter(write_fd)
     ticks = 0
     try:
         async with anyio.create_task_group() as tg:
