@@ -118,11 +118,9 @@ class BrokerTuning:
     checked_reply_chars_kept: int = 4 * MIB
     checked_reply_chars_max: int = 64 * 1024
     # first reads (a subscription to a URI no read of its owner answered yet): reads at once over
-    # all principals, and how many may wait; (principal, uri, owner) whose read was answered, kept
-    # like the kernel's `tracked_reads` (docs/contract/subscriptions.md §11.2)
+    # all principals, and how many may wait (docs/contract/subscriptions.md §11.2)
     first_read_workers: int = 2
     first_reads_queued: int = 1024
-    answered_reads_kept: int = 16_384
     # how long a subscription's answer waits for its first reads (a read's window, and some)
     first_read_wait_s: float = 3.0
 

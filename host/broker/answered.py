@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from astrid.host.bus import Principal
 from astrid.host.contract.outcomes import ReadOutcome
-from astrid.host.tuning import BROKER_TUNING
+from astrid.host.tuning import KERNEL_TUNING
 
 Key = tuple[Principal, str, str]  # (principal, uri, the owner's source-id)
 
@@ -21,13 +21,21 @@ Key = tuple[Principal, str, str]  # (principal, uri, the owner's source-id)
 class AnsweredReads:
     """Which (principal, uri, owner) an owner has answered a read of: the host watches their files already.
 
-    Bounded like the kernel's record of what reads touched (`KERNEL_TUNING.tracked_reads`): the least
-    recently read go first, and a URI forgotten here is read once more on its next subscription."""
+    Bounded as the kernel's record of what reads touched is (`KERNEL_TUNING.tracked_reads_per_sandbox`
+    per (owner, principal), `tracked_reads` in all), the least recently read first: what is kept here is
+    then still kept there, and a URI forgotten here is read once more on its next subscription."""
 
-    def __init__(self, max_entries: int = BROKER_TUNING.answered_reads_kept) -> None:
+    def __init__(
+        self,
+        *,
+        per_sandbox: int = KERNEL_TUNING.tracked_reads_per_sandbox,
+        max_entries: int = KERNEL_TUNING.tracked_reads,
+    ) -> None:
+        self.per_sandbox = per_sandbox
         self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._seen: OrderedDict[Key, None] = OrderedDict()
+        self._seen: OrderedDict[Key, None] = OrderedDict()  # least recently read first
+        self._sandboxes: dict[tuple[Principal, str], OrderedDict[Key, None]] = {}
 
     def note(self, principal: Principal, uri: str, outcome: ReadOutcome) -> None:
         """A read ended: when its owner answered (even with a failure), it looked at what it depends on."""
@@ -37,9 +45,23 @@ class AnsweredReads:
         with self._lock:
             self._seen[key] = None
             self._seen.move_to_end(key)
+            sandbox = self._sandboxes.setdefault((principal, outcome.source_id), OrderedDict())
+            sandbox[key] = None
+            sandbox.move_to_end(key)
+            while len(sandbox) > self.per_sandbox:
+                self._drop(next(iter(sandbox)))
             while len(self._seen) > self.max_entries:
-                self._seen.popitem(last=False)
+                self._drop(next(iter(self._seen)))
 
     def __contains__(self, key: Key) -> bool:
         with self._lock:
             return key in self._seen
+
+    def _drop(self, key: Key) -> None:
+        """The caller holds the lock."""
+        del self._seen[key]
+        sandbox_key = (key[0], key[2])
+        sandbox = self._sandboxes[sandbox_key]
+        del sandbox[key]
+        if not sandbox:
+            del self._sandboxes[sandbox_key]

@@ -11,7 +11,9 @@ import threading
 import time
 
 from astrid.host.broker import BrokerClient
+from astrid.host.broker.answered import AnsweredReads
 from astrid.host.broker.first_reads import FirstReads
+from astrid.host.contract.outcomes import FailureCode, ReadOutcome
 from tests.host.broker.fakes import ALICE, BOB, FakeCapsule, capsules_loaded, resource, template, text
 
 NOTE = "astrid://notes/today"
@@ -97,3 +99,16 @@ def test_first_reads_are_bounded_in_concurrency_and_queue_and_deduplicated(threa
         assert len(lines) == 1  # said at most once a minute
     finally:
         first.close()
+
+
+def test_answered_reads_are_bounded_as_the_kernels_record_of_touched_files_is() -> None:
+    answered = AnsweredReads(per_sandbox=2, max_entries=3)
+    for n in range(3):
+        answered.note(ALICE, f"astrid://notes/{n}", ReadOutcome(source_id="src-notes"))
+    assert [(ALICE, f"astrid://notes/{n}", "src-notes") in answered for n in range(3)] == [False, True, True]
+    answered.note(BOB, "astrid://notes/0", ReadOutcome(source_id="src-notes"))  # bob's sandbox is his own
+    answered.note(ALICE, "astrid://other/0", ReadOutcome(source_id="src-other"))  # 4 in all: the oldest goes
+    assert (ALICE, "astrid://notes/1", "src-notes") not in answered
+    assert (BOB, "astrid://notes/0", "src-notes") in answered
+    answered.note(ALICE, "astrid://notes/9", ReadOutcome.fail(FailureCode.TIMEOUT, "no owner answered"))
+    assert not any((ALICE, "astrid://notes/9", source) in answered for source in ("src-notes", "src-other"))
