@@ -130,6 +130,8 @@ class FirstReads:
                 key = self._queue.popleft()
             try:
                 self._read(*key)
+            except Exception:  # a worker outlives any one read: the others still wait for theirs
+                log.exception("the first read of %s for %s failed", key[1], key[0])
             finally:
                 with self._lock:
                     event = self._pending.pop(key, None)
@@ -145,11 +147,7 @@ class FirstReads:
         if (principal, uri, owner) in self.answered:  # a client read it while this one waited
             return
 
-        def failed(exc: Exception) -> ReadOutcome:
-            log.warning("the first read of %s for %s failed: %s", uri, principal, exc)
-            return ReadOutcome.fail(FailureCode.INTERNAL, str(exc))
-
-        outcome = self.reads.start(principal, uri, failed=failed, done=_nothing).result()
+        outcome = self.reads.start(principal, uri, failed=_broker_failed, done=_nothing).result()
         if outcome.error is not None:
             log.info(
                 "the first read of %s for %s (to watch what it depends on) ended %s: %s",
@@ -164,3 +162,7 @@ class FirstReads:
 
 def _nothing(outcome: ReadOutcome) -> None:
     """A first read's result goes to no one."""
+
+
+def _broker_failed(exc: Exception) -> ReadOutcome:
+    return ReadOutcome.fail(FailureCode.INTERNAL, f"the broker failed: {exc}")
