@@ -163,6 +163,9 @@ class WatchTuning:
 
     # how often the capsule folders and the mounts are polled
     interval_s: float = 1.0
+    # a mount folder first polled after a read looked under it: its files modified since the
+    # poll before it was wanted, less this (a file system's coarse mtime), are named as changed
+    new_folder_lookback_s: float = 1.0
     # files in one capsule folder tree's signature (the folders are the operator's own)
     capsule_max_files: int = 20_000
     # folders deep in one mount: twice what the files capsule lists (8 deep); a

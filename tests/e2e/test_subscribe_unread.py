@@ -4,7 +4,8 @@ client on `astrid mcp serve` over stdio, the bundled `files` capsule on a grante
 The host learns which files a URI depends on from a read of it; a client that subscribes and never
 reads must still hear the first change after its subscription was answered, on both protocol eras:
 2025-11-25's `resources/subscribe` and 2026-07-28's `subscriptions/listen`. A URI only the capsule's
-template covers (a file that does not exist yet) is learned the same way.
+template covers (a file that does not exist yet) is learned the same way. Over HTTP a principal's mount
+is polled from its first request on: a change before that poll is not lost either.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from astrid.capsules import CAPSULES_DIR
 from astrid.host.capabilities.grants import GrantStore
 from astrid.host.settings import CONFIG_DIR_ENV, DATA_DIR_ENV
 from tests.support.capsules import build_clean
+from tests.support.http import http_server, http_session
 from tests.support.processes import astrid_exe, serve_args, server_env
 from tests.support.stdio import stdio_session
 
@@ -113,3 +115,25 @@ async def test_a_2026_07_28_listen_stream_hears_a_file_it_never_read_change_once
                     await anyio.sleep(QUIET_S)
                     tg.cancel_scope.cancel()
             assert heard == [TODAY]  # exactly one
+
+
+async def test_over_http_a_new_users_first_subscription_hears_a_change_made_right_after_it(
+    files_capsule, served_folder, capsule_home, tmp_path
+) -> None:
+    notes, user = served_folder
+    heard: list[str] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    with http_server(files_capsule, capsule_home=capsule_home, token_dir=tmp_path, env=user) as served:
+        token = served.add_token("dana")  # nobody has used the server yet: dana's mount is not polled
+        async with http_session(served.url, token, message_handler=on_message) as session:
+            with anyio.fail_after(30), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the SDK marks resources/subscribe deprecated
+                await session.subscribe_resource(TODAY)  # dana's first request
+            (notes / "today.md").write_text("changed before the folder's first poll\n")
+            await until(lambda: heard == [TODAY], UPDATE_WITHIN_S)
+            await anyio.sleep(QUIET_S)
+            assert heard == [TODAY]
