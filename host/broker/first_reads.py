@@ -18,7 +18,9 @@ that no read of its owner has answered for that principal yet
 - bounded: `BROKER_TUNING.first_read_workers` reads at once over all
   principals, at most `first_reads_queued` waiting, and per principal no more
   than it may hold subscriptions; beyond that a subscription gets no first read
-  (said at most once a minute) and hears changes once something reads the URI.
+  (said at most once a minute) and hears changes once something reads the URI;
+- fair: the principals waiting take turns, one read each, so one that
+  subscribed to hundreds of URIs delays another's by one read at most.
 
 `wait(principal, uris, timeout_s)` lets the subscription's answer wait for its
 first reads, so a change the client makes after the answer is announced.
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 
 from astrid.host.broker.answered import AnsweredReads, Key
@@ -58,9 +60,10 @@ class FirstReads:
         self.workers = workers
         self.queued = queued
         self._lock = threading.Condition()
-        self._queue: deque[Key] = deque()
+        self._queues: OrderedDict[Principal, deque[Key]] = OrderedDict()  # whose turn is next first
+        self._waiting = 0  # keys in all the queues
         self._pending: dict[Key, threading.Event] = {}  # queued or being read; set when done
-        self._by_principal: dict[Principal, int] = {}
+        self._by_principal: dict[Principal, int] = {}  # queued or being read, per principal
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._full_lines = LogThrottle(BROKER_TUNING.flood_line_every_s)
@@ -76,14 +79,15 @@ class FirstReads:
             if self._closed or key in self._pending:
                 return
             mine = self._by_principal.get(principal, 0)
-            if len(self._queue) >= self.queued or mine >= self.per_principal:
+            if self._waiting >= self.queued or mine >= self.per_principal:
                 self.dropped += 1
                 full = True
             else:
                 full = False
                 self._pending[key] = threading.Event()
                 self._by_principal[principal] = mine + 1
-                self._queue.append(key)
+                self._queues.setdefault(principal, deque()).append(key)
+                self._waiting += 1
                 self._lock.notify()
                 if len(self._threads) < self.workers:
                     self._spawn()
@@ -111,7 +115,8 @@ class FirstReads:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self._queue.clear()
+            self._queues.clear()
+            self._waiting = 0
             self._lock.notify_all()
 
     def _spawn(self) -> None:
@@ -123,11 +128,11 @@ class FirstReads:
     def _work(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._closed:
+                while not self._waiting and not self._closed:
                     self._lock.wait()
                 if self._closed:
                     return
-                key = self._queue.popleft()
+                key = self._next()
             try:
                 self._read(*key)
             except Exception:  # a worker outlives any one read: the others still wait for theirs
@@ -142,6 +147,17 @@ class FirstReads:
                     self.done += 1
                 if event is not None:
                     event.set()
+
+    def _next(self) -> Key:
+        """The next read, from the principal whose turn it is (then it goes last). The caller holds the lock."""
+        principal, queue = next(iter(self._queues.items()))
+        key = queue.popleft()
+        self._waiting -= 1
+        if queue:
+            self._queues.move_to_end(principal)
+        else:
+            del self._queues[principal]
+        return key
 
     def _read(self, principal: Principal, uri: str, owner: str) -> None:
         if (principal, uri, owner) in self.answered:  # a client read it while this one waited

@@ -93,10 +93,31 @@ def test_first_reads_are_bounded_in_concurrency_and_queue_and_deduplicated(threa
             assert capsule.reads == 1  # one at a time: the others wait for the hung one
             hang.set()  # the capsule answers nothing now: each read ends at once (owner silent)
             assert first.wait(ALICE, pages, 10) and first.wait(BOB, theirs, 10)
-        assert capsule.read_uris == [*pages[:3], *theirs[:2]]
+        assert sorted(capsule.read_uris) == sorted([*pages[:3], *theirs[:2]])
         assert first.done == 5
         lines = [r.getMessage() for r in caplog.records if "wait for a first read" in r.getMessage()]
         assert len(lines) == 1  # said at most once a minute
+    finally:
+        first.close()
+
+
+def test_principals_waiting_for_first_reads_take_turns(threaded_bus, make_broker) -> None:
+    hang = threading.Event()
+    capsule = notes(threaded_bus, hang=hang)
+    broker, _ = make_broker(threaded_bus)
+    first = FirstReads(broker.reads, broker.shared.answered, per_principal=256, workers=1)
+    many = [f"astrid://notes/page/{n}" for n in range(20)]
+    try:
+        first.start(ALICE, many[0], capsule.source_id)
+        until(lambda: capsule.reads == 1)  # alice's first hangs: the rest wait
+        for uri in many[1:]:
+            first.start(ALICE, uri, capsule.source_id)
+        first.start(BOB, "astrid://notes/page/bob", capsule.source_id)  # after alice's 19
+        hang.set()
+        assert first.wait(BOB, ["astrid://notes/page/bob"], 10)
+        assert first.wait(ALICE, many, 10)
+        # bob's read came after one more of alice's, not after all of them
+        assert capsule.read_uris.index("astrid://notes/page/bob") == 2
     finally:
         first.close()
 
