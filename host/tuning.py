@@ -117,6 +117,12 @@ class BrokerTuning:
     checked_replies_kept: int = 512
     checked_reply_chars_kept: int = 4 * MIB
     checked_reply_chars_max: int = 64 * 1024
+    # first reads (a subscription to a URI no read of its owner answered yet): reads at once over
+    # all principals, and how many may wait (docs/contract/subscriptions.md §11.2)
+    first_read_workers: int = 2
+    first_reads_queued: int = 1024
+    # how long a subscription's answer waits for its first reads (a read's window, and some)
+    first_read_wait_s: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,9 @@ class WatchTuning:
 
     # how often the capsule folders and the mounts are polled
     interval_s: float = 1.0
+    # a mount folder first polled after a read looked under it: its files modified since the
+    # poll before it was wanted, less this (a file system's coarse mtime), are named as changed
+    new_folder_lookback_s: float = 1.0
     # files in one capsule folder tree's signature (the folders are the operator's own)
     capsule_max_files: int = 20_000
     # folders deep in one mount: twice what the files capsule lists (8 deep); a

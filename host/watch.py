@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +254,7 @@ class MountWatcher:
     kernel's granted mounts per watched principal, so a grant, a revoke or a
     new principal is picked up without a restart); `on_change(users)` gets
     the union of the users of the folders that changed since the last poll.
-    A folder seen for the first time is only a baseline.
+    A folder seen for the first time is only a baseline for `on_change`.
 
     Each poll is bounded: a mount is walked within `limits` (what lies beyond
     is not watched, logged once per folder), and once a poll has listed
@@ -267,7 +268,12 @@ class MountWatcher:
 
     `on_files(paths)` (optional) gets the files that changed since the last
     poll (new, gone, or with a new mtime or size), before `on_change`: the
-    kernel announces the resources whose reads touched them.
+    kernel announces the resources whose reads touched them. A folder wanted
+    since the last poll (a new principal's mount, or the first read that
+    looked under it) has no earlier poll to compare with: its files modified
+    since the poll before it was wanted (less `new_folder_lookback_s`) are
+    named, so a change between a read and the folder's first poll is not lost
+    (docs/contract/subscriptions.md §11.2).
     """
 
     def __init__(
@@ -291,6 +297,8 @@ class MountWatcher:
         self._seen: dict[Path, TreeSignature] = {}
         self._walked_at: dict[Path, int] = {}  # the poll that last walked each folder
         self._polls = 0
+        self._polled_ns: int | None = None  # when the last poll started (wall clock, as mtimes are)
+        self._wanted_since: dict[Path, int] = {}  # a folder not walked yet: mtimes from here on are news
         self._capped_logged: set[Path] = set()
         self._missing_logged: set[Path] = set()
         self.last_changed: frozenset[Path] = frozenset()
@@ -306,8 +314,13 @@ class MountWatcher:
         self._stop.set()
 
     def poll(self) -> None:
+        started_ns = time.time_ns()
         targets = self.mounts()
         self._polls += 1
+        if self._polled_ns is not None:  # the first poll (start) is the baseline of everything
+            lookback_ns = int(WATCH_TUNING.new_folder_lookback_s * 1e9)
+            for folder in targets.keys() - self._seen.keys() - self._wanted_since.keys():
+                self._wanted_since[folder] = self._polled_ns - lookback_ns
         changed: set[Any] = set()
         changed_folders: set[Path] = set()
         changed_files: set[str] = set()
@@ -338,6 +351,9 @@ class MountWatcher:
                 changed |= targets[folder]
                 changed_folders.add(folder)
                 changed_files.update(path for path, _, _ in before ^ seen[folder])
+            wanted_at = self._wanted_since.pop(folder, None)
+            if before is None and wanted_at is not None:
+                changed_files.update(path for path, mtime_ns, _ in walked.files if mtime_ns >= wanted_at)
         if deferred and not self._deferred_logged:
             self._deferred_logged = True
             log.warning(
@@ -352,6 +368,8 @@ class MountWatcher:
         self._walked_at = {folder: self._walked_at[folder] for folder in targets if folder in self._walked_at}
         self._capped_logged &= targets.keys()  # forget dropped folders (one per principal can come and go)
         self._missing_logged &= targets.keys()
+        self._wanted_since = {folder: at for folder, at in self._wanted_since.items() if folder in targets}
+        self._polled_ns = started_ns
         if changed_files and self.on_files is not None:
             try:
                 self.on_files(frozenset(changed_files))

@@ -8,6 +8,8 @@ a module of its own over one `shared.Shared` state:
 - `reads`: who serves a URI, the read broadcast with self-filter, reads kept
   by declared freshness;
 - `events`: resource events, and who may subscribe to a URI;
+- `first_reads`: a subscribed URI nobody has read yet is read once, for its
+  subscriber, so the files it depends on are watched;
 - `complete`: completions, answered by the template's owner only.
 
 This class wires them and its two bus bindings: the capsule-set event
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from astrid.host.broker.authority import OPEN, UriAuthority
 from astrid.host.broker.complete import Completions
 from astrid.host.broker.events import Events
+from astrid.host.broker.first_reads import FirstReads
 from astrid.host.broker.listings import Listings
 from astrid.host.broker.names import CapsuleNames, NameOf
 from astrid.host.broker.reads import Reads
@@ -65,6 +68,9 @@ class Broker:
         self.reads = Reads(self.shared, self.listings)
         self.events = Events(self.shared, self.listings, subscription_limits)
         self.completions = Completions(self.shared, self.listings)
+        self.first_reads = FirstReads(
+            self.reads, self.shared.answered, per_principal=subscription_limits.subscriptions_per_principal
+        )
         self._started = False
 
     @property
@@ -95,6 +101,7 @@ class Broker:
         return self
 
     def close(self) -> None:
+        self.first_reads.close()
         if self._started:
             self.local_replies.detach(self.participant.source_id)
             self.bus.unbind_owner(self.participant.source_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
 from astrid.host.broker.broker import Broker
@@ -32,6 +32,7 @@ from astrid.host.contract.outcomes import CompletionOutcome, FailureCode, ReadOu
 from astrid.host.contract.resource import ResourceDefinition
 from astrid.host.contract.template import ResourceTemplate
 from astrid.host.errors import BrokerUnavailable
+from astrid.host.tuning import BROKER_TUNING
 
 log = logging.getLogger("astrid.host.broker")
 
@@ -104,14 +105,24 @@ class BrokerClient:
         return outcome
 
     def subscribable(self, uri: str) -> str | None:
-        """Who serves `uri` to this principal when it could read it (listed, or a template covers it), else None."""
+        """Who serves `uri` to this principal when it could read it (listed, or a template covers it), else None.
+
+        Asked before a subscription is taken (and again after a capsule-set change): when the principal could
+        read it and no read of it by that owner is known, the host starts one on its behalf (`first_reads`),
+        so the files it depends on are watched; `learned` waits for it."""
         started = time.perf_counter()
         try:
             owner = self._broker.events.subscribable(self.principal, uri)
+            if owner is not None:
+                self._broker.first_reads.start(self.principal, uri, owner)
         except Exception as exc:
             raise BrokerUnavailable(broker_failed("check a subscription", exc, self.principal)) from None
         self._said(f"subscribable {uri}", "yes" if owner is not None else "no", started)
         return owner
+
+    def learned(self, uris: Collection[str], timeout_s: float = BROKER_TUNING.first_read_wait_s) -> bool:
+        """Wait, at most `timeout_s`, for the first reads `subscribable` started for `uris`; True once none is left."""
+        return self._broker.first_reads.wait(self.principal, uris, timeout_s)
 
     def _said(self, what: str, result: str, started: float) -> None:
         if log.isEnabledFor(logging.INFO):

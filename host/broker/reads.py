@@ -97,6 +97,7 @@ class Reads:
 
         def ended(outcome: ReadOutcome) -> None:
             self.shared.stats.read(time.perf_counter() - started)
+            self.shared.answered.note(principal, uri, outcome)  # its owner looked at what it depends on
             if span:
                 if outcome.source_id is not None:
                     span.set_attribute("astrid.capsule", self.shared.names.label(outcome.source_id))

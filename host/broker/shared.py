@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from astrid.host.broker.answered import AnsweredReads
 from astrid.host.broker.authority import UriAuthority
 from astrid.host.broker.cache import SnapshotCache
 from astrid.host.broker.names import CapsuleNames
@@ -62,6 +63,7 @@ class Shared:
     names: CapsuleNames  # capsules by name in failures and logs
     cache: SnapshotCache = field(default_factory=SnapshotCache)  # describe and templates snapshots
     reads: ReadCache = field(default_factory=ReadCache)  # declared-fresh reads
+    answered: AnsweredReads = field(default_factory=AnsweredReads)  # reads an owner answered (first_reads)
     stats: BrokerStats = field(default_factory=BrokerStats)
 
     def __post_init__(self) -> None:

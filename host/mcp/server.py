@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -139,7 +139,12 @@ class FrontDoor(Protocol):
         self, uri_template: str, argument_name: str, argument_value: str, context: dict[str, str] | None = None
     ) -> CompletionOutcome: ...
     def subscribable(self, uri: str) -> str | None:
-        """Who serves `uri` to this principal when it could read it, else None."""
+        """Who serves `uri` to this principal when it could read it, else None (and, when no read of it is
+        known, the host starts one on the principal's behalf: the files it depends on are then watched)."""
+        ...
+
+    def learned(self, uris: Collection[str]) -> bool:
+        """Wait (bounded) for the reads `subscribable` started for `uris`; True once none is left."""
         ...
 
 
@@ -550,7 +555,7 @@ class AstridMcpServer:
         if self.subscriptions.holds(connection, uri):
             return types.EmptyResult()
         self._room_for(principal, 1)
-        owner = await self._call(principal, lambda door: door.subscribable(uri), uri=uri)
+        owner = (await self._call(principal, lambda door: _subscribable(door, [uri]), uri=uri))[uri]
         if owner is None:
             raise _not_readable(uri, ctx.protocol_version)
         self._room_for(principal, 1)  # others may have subscribed while the broker answered
@@ -585,7 +590,7 @@ class AstridMcpServer:
         if not uris:
             return None
         self._room_for(principal, len(uris))
-        owners = await self._call(principal, lambda door: {uri: door.subscribable(uri) for uri in uris})
+        owners = await self._call(principal, lambda door: _subscribable(door, uris))
         unreadable = [uri for uri in uris if owners.get(uri) is None]
         if unreadable:
             raise _not_readable(unreadable[0], ctx.protocol_version, also=unreadable)
@@ -709,6 +714,14 @@ class AstridMcpServer:
             log.warning("cannot re-list resources of %s after a capsule-set change: %s", principal, exc)
             return
         await self.list_changed.reconcile(principal, frozenset(d.uri for d in definitions))
+
+
+def _subscribable(door: FrontDoor, uris: list[str]) -> dict[str, str | None]:
+    """Who serves each of `uris` (None: the principal could not read it), once the host has learned what
+    the readable ones depend on (docs/contract/subscriptions.md §11.2): a change after the answer is heard."""
+    owners = {uri: door.subscribable(uri) for uri in uris}
+    door.learned([uri for uri, owner in owners.items() if owner is not None])
+    return owners
 
 
 def _not_readable(uri: str, protocol_version: str | None, *, also: list[str] | None = None) -> MCPError:

@@ -228,3 +228,41 @@ def test_a_failing_file_callback_does_not_stop_the_list_news(tmp_path: Path) -> 
     (notes / "a.md").write_text("a")
     watcher.poll()
     assert users == [frozenset({"alice"})]
+
+
+def test_a_folder_first_wanted_since_the_last_poll_names_the_files_modified_since_the_poll_before(
+    tmp_path: Path,
+) -> None:
+    """A read looked under a folder (or a principal's mount is new) between two polls: a file it changed
+    before the folder's first walk is named, or the change would vanish into the baseline; older files not."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "old.md").write_text("old")
+    long_ago = os.stat(notes / "old.md").st_mtime - 3600
+    os.utime(notes / "old.md", (long_ago, long_ago))
+    targets: dict[Path, frozenset[str]] = {}
+    calls: list[tuple[str, Any]] = []
+    watcher = MountWatcher(
+        lambda: targets,
+        lambda users: calls.append(("users", users)),
+        interval_s=60,
+        on_files=lambda paths: calls.append(("files", paths)),
+    )
+    watcher.poll()  # the folder is nobody's yet
+    targets[notes] = frozenset({"alice"})  # a read looks under it ...
+    (notes / "today.md").write_text("changed after the read")  # ... and the file changes before the next poll
+    watcher.poll()
+    assert calls == [("files", frozenset({os.path.join(str(notes), "today.md")}))]  # the list news: none
+    watcher.poll()
+    assert len(calls) == 1  # named once
+
+
+def test_the_first_poll_is_the_baseline_of_every_folder(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "today.md").write_text("written just before the start")
+    files: list[frozenset[str]] = []
+    watcher = MountWatcher(lambda: {notes: frozenset({"alice"})}, lambda users: None, 60, on_files=files.append)
+    watcher.poll()
+    watcher.poll()
+    assert files == []

@@ -174,6 +174,22 @@ async def test_a_kept_read_is_dropped_before_the_update_goes_out():
         assert (await client.read_resource(GUIDE)).contents[0].text == "guide, changed"
 
 
+async def test_a_subscription_reads_a_uri_nobody_read_once_before_its_answer_on_both_eras():
+    async with serving() as (client, server, kernel, _):
+        docs_capsule = kernel.capsules["docs"]
+        await subscribe(client, README)  # answered once the host's read of it is done
+        assert docs_capsule.read_uris == [README]
+        await unsubscribe(client, README)
+        await subscribe(client, README)  # its owner answered a read of it already: no second one
+        assert (await client.read_resource(GUIDE)).contents[0].text == "guide"
+        await subscribe(client, GUIDE)  # read by the client first: none either
+        assert docs_capsule.read_uris == [README, GUIDE]
+    async with serving(mode="2026-07-28") as (client, _, kernel, _):
+        with anyio.fail_after(10):
+            async with client.listen(resource_subscriptions=[README, "astrid://docs/page/intro"]):
+                assert sorted(kernel.capsules["docs"].read_uris) == ["astrid://docs/page/intro", README]
+
+
 async def test_a_2026_07_28_listen_stream_hears_its_resource_subscriptions_only():
     async with serving(mode="2026-07-28") as (client, server, kernel, _):
         with anyio.fail_after(10):
@@ -212,6 +228,9 @@ async def test_a_rebuilt_or_removed_owner_updates_its_subscribed_uris():
 
         await anyio.to_thread.run_sync(rebuild_docs)
         await until(lambda: updates == [README])  # the other capsule's URI did not move
+        # the rebuilt owner never served README to alice: the host reads it once for her, so the
+        # files it depends on are watched again (docs/contract/subscriptions.md §11.2)
+        await until(lambda: kernel.capsules["docs"].read_uris == [README])
         await anyio.to_thread.run_sync(lambda: (kernel.remove("other"), kernel.reload()))
         await until(lambda: updates == [README, "astrid://other/x"])
         await anyio.sleep(0.3)
