@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tomllib
 import zipfile
@@ -21,7 +20,16 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from tests.support.bundles import desktop_entry, desktop_session, make_bundle, mcpb, server_env, start_fails, unpack
+from tests.support.bundles import (
+    desktop_entry,
+    desktop_session,
+    make_bundle,
+    mcpb,
+    server_env,
+    signed_files,
+    start_fails,
+    unpack,
+)
 from tests.support.capsules import Built
 from tests.support.processes import astrid_exe
 
@@ -128,42 +136,6 @@ def test_a_missing_or_wrong_folder_is_one_line_at_start(files_bundle: Path, tmp_
 
 
 # -- signed capsules stay verified inside the bundle ----------------------------------------------------
-
-
-def _operator(config: Path):
-    def run(*args: str | Path) -> subprocess.CompletedProcess:
-        env = {**os.environ, "ASTRID_CONFIG_DIR": str(config)}
-        done = subprocess.run(
-            [astrid_exe(), *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        assert done.returncode == 0, f"astrid {' '.join(map(str, args))}:\n{done.stderr}"
-        return done
-
-    return run
-
-
-def signed_files(built: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """The files capsule claiming astrid://files/, packed and signed by publisher acme, whom `config` trusts."""
-    source = tmp_path / "src" / "files"
-    shutil.copytree(built, source)
-    manifest = source / "Capsule.toml"
-    manifest.write_text(
-        manifest.read_text().replace('version = "1.0.0"\n', 'version = "1.0.0"\nnamespaces = ["astrid://files/"]\n')
-    )
-    config = tmp_path / "publisher-config"
-    astrid = _operator(config)
-    astrid("key", "new", "acme")
-    public = astrid("key", "show", "acme").stdout.strip()
-    artifact = tmp_path / "files-1.0.0.capsule"
-    astrid("capsule", "pack", source, "-o", artifact)
-    astrid("capsule", "sign", artifact, "--key", "acme")
-    astrid("trust", "add", public, "--publisher", "acme")
-    return artifact, config
 
 
 @pytest.mark.slow

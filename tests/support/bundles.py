@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -108,3 +109,42 @@ def start_fails(entry: dict, env: dict[str, str]) -> str:
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     return errors[0]
+
+
+def _operator(config: Path):
+    """`astrid ARGS...` with `config` as its config dir (keys, trust), which must succeed."""
+
+    def run(*args: str | Path) -> subprocess.CompletedProcess:
+        env = {**os.environ, "ASTRID_CONFIG_DIR": str(config)}
+        done = subprocess.run(
+            [astrid_exe(), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, f"astrid {' '.join(map(str, args))}:\n{done.stderr}"
+        return done
+
+    return run
+
+
+def signed_files(built: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The files capsule claiming astrid://files/, packed and signed by publisher acme: (the artifact, the
+    publisher's own config dir, whose trust store trusts acme)."""
+    source = tmp_path / "src" / "files"
+    shutil.copytree(built, source)
+    manifest = source / "Capsule.toml"
+    manifest.write_text(
+        manifest.read_text().replace('version = "1.0.0"\n', 'version = "1.0.0"\nnamespaces = ["astrid://files/"]\n')
+    )
+    config = tmp_path / "publisher-config"
+    astrid = _operator(config)
+    astrid("key", "new", "acme")
+    public = astrid("key", "show", "acme").stdout.strip()
+    artifact = tmp_path / "files-1.0.0.capsule"
+    astrid("capsule", "pack", source, "-o", artifact)
+    astrid("capsule", "sign", artifact, "--key", "acme")
+    astrid("trust", "add", public, "--publisher", "acme")
+    return artifact, config
