@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tomllib
 import zipfile
@@ -163,3 +164,32 @@ async def test_a_signed_capsule_is_bundled_with_its_publisher_and_verified_at_st
             assert [r.uri for r in (await session.list_resources()).resources] == ["astrid://files/a.txt"]
     assert "verified files 1.0.0 (publisher acme (key " in log.read_text()
     assert not (tmp_path / "user-config" / "trust.json").exists()  # the user's trust store is never written
+
+
+# -- bad input: one line naming the cause and the fix, nothing written ---------------------------------
+
+
+def _refused(*sources: str | Path, out: Path, env: dict[str, str] | None = None) -> str:
+    done = make_bundle(*sources, out=out, env=env)
+    assert done.returncode == 1 and not out.exists(), done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    return errors[0]
+
+
+def test_bad_capsules_are_refused_with_one_line(built_files: Built, tmp_path: Path) -> None:
+    out = tmp_path / "out.mcpb"
+    env = {**os.environ, "ASTRID_CAPSULE_HOME": str(tmp_path / "home")}
+    assert "nosuch: no such capsule folder, artifact or installed capsule" in _refused("nosuch", out=out, env=env)
+    assert "./nowhere/files: no such file or folder" in _refused("./nowhere/files", out=out)
+    unbuilt = tmp_path / "unbuilt"
+    unbuilt.mkdir()
+    shutil.copy(built_files.folder / "Capsule.toml", unbuilt / "Capsule.toml")
+    line = _refused(unbuilt, out=out)
+    assert "capsule files is not built (files.wasm is missing): run `astrid capsule build" in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no capsule there" in _refused(empty, out=out)
+    assert "two capsules are named files" in _refused(built_files.folder, built_files.folder, out=out)
+    line = _refused(built_files.folder, "--name", "Not A Name", out=out)
+    assert "--name 'Not A Name': 1-64 characters" in line
