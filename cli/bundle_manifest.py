@@ -10,7 +10,8 @@ grants to which capsule is in `server/bundle.json`, read by
 - `fs = ["MOUNT"]` asked: a required `directory` field; the folder the user
   picks is that capsule's mount, for this bundle only;
 - `http = ["HOST"]` asked: a `string` field holding that host (the user may
-  add a port, or clear it to refuse); a grant wider than the ask gives nothing;
+  give the port, which an entry without one leaves open, or clear it to
+  refuse); a grant the ask does not cover gives nothing;
 - `kv = true` asked: a `boolean` field, on by default (the state stays in
   the bundle's own data folder).
 """
@@ -89,8 +90,9 @@ def settings_for(capsules: list[BundledCapsule]) -> list[Setting]:
                     {
                         "type": "string",
                         "title": f"{capsule.name} may call {host}",
-                        "description": f"{capsule.name} asks to send HTTP requests to {host}. Keep it to allow that, "
-                        "add a port (HOST:PORT) to allow only that port, or clear it to refuse.",
+                        "description": f"{capsule.name} asks to send HTTP requests to {host}. Keep it to allow that "
+                        "(without a port: the default port, 443 for https, 80 for http://), give the port it "
+                        "should use (HOST:PORT), or clear it to refuse.",
                         "required": False,
                         "default": host,
                     },

@@ -8,6 +8,8 @@
   publisher key the bundle no longer ships, refuses to start with one line
   (`verify_signed`, and the kernel's check at every load).
 - Bundling an artifact nobody the bundle maker trusts signed is refused.
+- An `http` host the capsule asks for is reached only as the user's setting
+  allows: kept, restricted to one port, or cleared.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from mcp import MCPError
 
 from astrid.host.capabilities.grants import GrantStore
+from tests.host.capabilities.http_server import loopback_server
 from tests.support.bundles import (
     desktop_entry,
     desktop_session,
@@ -31,7 +34,8 @@ from tests.support.bundles import (
     start_fails,
     unpack,
 )
-from tests.support.capsules import Built
+from tests.support.capsules import Built, build_clean
+from tests.support.paths import FIXTURES
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +113,31 @@ def test_an_artifact_the_bundle_maker_does_not_trust_is_not_bundled(built_files:
     assert done.returncode == 1 and not out.exists()
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(artifact) in errors[0] and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+async def test_an_http_host_is_reached_only_as_the_users_setting_allows(tmp_path: Path) -> None:
+    weather = build_clean(FIXTURES / "weather", tmp_path / "src" / "weather")  # asks for http://127.0.0.1, any port
+    out = tmp_path / "weather.mcpb"
+    assert make_bundle(weather.folder, out=out).returncode == 0
+    extension = unpack(out, tmp_path / "extension")
+    manifest = json.loads((extension / "manifest.json").read_text())
+    assert manifest["user_config"]["weather_http_1"]["default"] == "http://127.0.0.1"
+    env = server_env(ASTRID_CONFIG_DIR=tmp_path / "user-config", ASTRID_DATA_DIR=tmp_path / "data")
+    with loopback_server() as service:
+        uri = f"astrid://weather/{service.port}"
+        for setting, served in (
+            ({}, False),  # the default, the entry as asked: its scheme's default port (80), not the service's
+            ({"weather_http_1": f"http://127.0.0.1:{service.port}"}, True),
+            ({"weather_http_1": "http://127.0.0.1:1"}, False),  # another port only
+            ({"weather_http_1": ""}, False),  # cleared: refused
+        ):
+            log = tmp_path / "server.log"
+            async with desktop_session(desktop_entry(extension, setting), env, log) as session:
+                with anyio.fail_after(60):
+                    if served:
+                        read = await session.read_resource(uri)
+                        assert read.contents[0].text == "hello", setting  # type: ignore[union-attr]
+                    else:
+                        with pytest.raises(MCPError):
+                            await session.read_resource(uri)
