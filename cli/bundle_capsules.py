@@ -77,10 +77,10 @@ def collect(sources: tuple[str, ...], target: Path, trust_file: Path | None, say
         if path.is_file() and path.suffix == ARTIFACT_SUFFIX:
             collected.add(_from_artifact(path, source, target, trust_file, say))
         elif path.is_file() and path.name == MANIFEST:
-            collected.add(_from_folder(path.parent, source, target, say))
+            collected.add(_from_folder(path.parent, source, target, trust_file, say))
         elif path.is_dir():
             for folder in _capsule_folders(path, source):
-                collected.add(_from_folder(folder, source, target, say))
+                collected.add(_from_folder(folder, source, target, trust_file, say))
         elif path.exists():
             raise UserError(
                 f"{source}: not a capsule: give a capsule folder, a signed artifact ({ARTIFACT_SUFFIX} file) "
@@ -116,13 +116,13 @@ def _manifest(folder: Path, source: str):
         raise UserError(f"{source}: {exc}") from None
 
 
-def _from_folder(folder: Path, source: str, target: Path, say) -> BundledCapsule:
+def _from_folder(folder: Path, source: str, target: Path, trust_file: Path | None, say) -> BundledCapsule:
     """A local capsule: its manifest and its built component, checked built and up to date."""
     from astrid.host.capsule.discovery import stale_component
     from astrid.host.capsule.provenance import IDENTITY_FILE
 
     if (folder / IDENTITY_FILE).exists():  # an installed capsule named by its folder
-        return _installed_folder(folder, source, target, None, say)
+        return _installed_folder(folder, source, target, trust_file, say)
     manifest = _manifest(folder, source)
     component = folder / manifest.component_file
     if not component.is_file():

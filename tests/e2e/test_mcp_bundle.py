@@ -31,7 +31,8 @@ from tests.support.bundles import (
     start_fails,
     unpack,
 )
-from tests.support.capsules import Built
+from tests.support.capsules import Built, build_clean
+from tests.support.paths import REPO
 from tests.support.processes import astrid_exe
 
 pytestmark = pytest.mark.anyio
@@ -193,3 +194,58 @@ def test_bad_capsules_are_refused_with_one_line(built_files: Built, tmp_path: Pa
     assert "two capsules are named files" in _refused(built_files.folder, built_files.folder, out=out)
     line = _refused(built_files.folder, "--name", "Not A Name", out=out)
     assert "--name 'Not A Name': 1-64 characters" in line
+
+
+@pytest.mark.slow
+async def test_an_installed_capsule_is_bundled_by_its_name(built_files: Built, tmp_path: Path) -> None:
+    artifact, config = signed_files(built_files.folder, tmp_path)
+    env = {**os.environ, "ASTRID_CONFIG_DIR": str(config), "ASTRID_CAPSULE_HOME": str(tmp_path / "home")}
+    installed = subprocess.run(
+        [astrid_exe(), "capsule", "install", str(artifact), "--yes"], capture_output=True, text=True, env=env
+    )
+    assert installed.returncode == 0, installed.stderr
+    out = tmp_path / "installed.mcpb"
+    done = make_bundle("files", out=out, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"bundling files 1.0.0 installed at {tmp_path / 'home' / 'files'} (publisher acme" in done.stderr
+    extension = unpack(out, tmp_path / "extension")
+    publishers = json.loads((extension / "server" / "publishers.json").read_text())["publishers"]
+    assert [(p["name"], p["namespaces"], p["capsule"]) for p in publishers] == [("acme", ["astrid://files/"], "files")]
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    (chosen / "b.txt").write_text("installed, bundled\n")
+    server = server_env(ASTRID_DATA_DIR=tmp_path / "data", ASTRID_CONFIG_DIR=tmp_path / "user-config")
+    async with desktop_session(
+        desktop_entry(extension, {FOLDER_KEY: str(chosen)}), server, tmp_path / "s.log"
+    ) as session:
+        with anyio.fail_after(60):
+            read = await session.read_resource("astrid://files/b.txt")
+            assert read.contents[0].text == "installed, bundled\n"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_kv_state_is_the_bundles_own_kept_across_starts_and_off_when_the_user_says(tmp_path: Path) -> None:
+    counter = build_clean(REPO / "tests" / "e2e" / "capsules" / "counter", tmp_path / "src" / "counter")
+    out = tmp_path / "counter.mcpb"
+    assert make_bundle(counter.folder, out=out).returncode == 0
+    extension = unpack(out, tmp_path / "extension")
+    fields = json.loads((extension / "manifest.json").read_text())["user_config"]
+    assert fields["counter_state"]["type"] == "boolean" and fields["counter_state"]["default"] is True
+    assert fields["counter_notes_folder"]["type"] == "directory"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    data = tmp_path / "data"
+    env = server_env(ASTRID_DATA_DIR=data, ASTRID_CONFIG_DIR=tmp_path / "user-config")
+
+    async def visits(settings: dict) -> str:
+        entry = desktop_entry(extension, {"counter_notes_folder": str(notes), **settings})
+        async with desktop_session(entry, env, tmp_path / "server.log") as session:
+            with anyio.fail_after(60):
+                read = await session.read_resource("astrid://counter/visits")
+        return read.contents[0].text  # type: ignore[union-attr]
+
+    assert await visits({}) == "1"
+    assert await visits({}) == "2"  # kept across starts, in the bundle's own data folder
+    assert (data / "bundles" / "astrid-counter" / "data" / "kv.sqlite3").is_file()
+    assert not (data / "kv.sqlite3").exists()
+    assert (await visits({"counter_state": False})).startswith("NotGranted: ")
