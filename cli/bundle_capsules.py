@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from astrid.cli.errors import UserError
+from astrid.cli.trust_options import trust_store
 
 MANIFEST = "Capsule.toml"
 ARTIFACT_SUFFIX = ".capsule"
@@ -148,12 +149,6 @@ def _from_folder(folder: Path, source: str, target: Path, trust_file: Path | Non
     )
 
 
-def _trust(trust_file: Path | None):
-    from astrid.host.identity.trust import TrustStore, default_trust_file
-
-    return TrustStore(trust_file.expanduser() if trust_file is not None else default_trust_file())
-
-
 def _publisher(verified, trust) -> Publisher | None:
     if verified.key_fingerprint is None:
         return None
@@ -170,7 +165,7 @@ def _from_artifact(path: Path, source: str, target: Path, trust_file: Path | Non
     from astrid.host.identity.artifact import read_file
     from astrid.host.identity.signing import verify_artifact
 
-    trust = _trust(trust_file)
+    trust = trust_store(trust_file)
     try:
         verified = verify_artifact(read_file(path), trust, source=str(path))
     except AstridError as exc:
@@ -201,7 +196,7 @@ def _installed_folder(folder: Path, source: str, target: Path, trust_file: Path 
     from astrid.host.errors import AstridError
     from astrid.host.identity.signing import verify_installed
 
-    trust = _trust(trust_file)
+    trust = trust_store(trust_file)
     try:
         verified = verify_installed(folder, trust, allow_unsigned=True)
     except AstridError as exc:

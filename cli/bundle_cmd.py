@@ -14,14 +14,8 @@ with one click:
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import click
@@ -29,7 +23,7 @@ import click
 from astrid.cli import output
 from astrid.cli.errors import UserError
 from astrid.cli.main import mcp
-from astrid.cli.trust_cmd import trust_option
+from astrid.cli.trust_options import trust_option
 
 SUFFIX = ".mcpb"
 # Every file of the bundle gets this time: the same capsules and wheel give the same zip.
@@ -91,6 +85,8 @@ def mcp_bundle(
     The bundle's server uses its own grants and state, never yours. The
     bundle's path goes to stdout, progress to stderr.
     """
+    import tempfile
+
     from astrid.cli.bundle_capsules import collect
 
     if not capsules:
@@ -131,6 +127,10 @@ def _source_checkout() -> Path | None:
 
 def _ship_wheel(given: Path | None, into: Path, scratch: Path) -> str:
     """Put astrid-py's wheel into the bundle; its path inside the bundle."""
+    import shutil
+    import subprocess
+    import sys
+
     into.mkdir(parents=True, exist_ok=True)
     if given is None:
         checkout = _source_checkout()
@@ -158,6 +158,8 @@ def _ship_wheel(given: Path | None, into: Path, scratch: Path) -> str:
 
 
 def _write_server(root: Path, name: str, version: str, bundled, author: str | None, wheel: str) -> None:
+    import json
+
     from astrid.cli import bundle_manifest as made
 
     settings = made.settings_for(bundled)
@@ -186,6 +188,8 @@ def _write_server(root: Path, name: str, version: str, bundled, author: str | No
 
 def _zip(root: Path, target: Path) -> None:
     """The bundle folder as a zip, files in name order with one timestamp (reproducible)."""
+    import zipfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
