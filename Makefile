@@ -11,8 +11,10 @@ CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
 REGISTRY_BIN := /usr/bin/docker-registry
 JS_TOOLCHAIN := toolchains/js
 JS_STAMP := $(JS_TOOLCHAIN)/node_modules/.installed
+MCPB := tests/e2e/mcpb
+MCPB_STAMP := $(MCPB)/node_modules/.installed
 
-.PHONY: serve test test-fast lint bench soak build-capsules js-toolchain clean
+.PHONY: serve test test-fast lint bench soak build-capsules js-toolchain mcpb clean
 
 js-toolchain: $(JS_STAMP)
 
@@ -54,6 +56,16 @@ $(JS_STAMP): $(JS_TOOLCHAIN)/package.json $(JS_TOOLCHAIN)/package-lock.json
 	@cd $(JS_TOOLCHAIN) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
 	@touch $(JS_STAMP)
 
+# The MCP Bundle CLI and library (@anthropic-ai/mcpb, pinned in $(MCPB)/package-lock.json): the
+# `astrid mcp bundle` tests validate, pack and start the bundles with it, as Claude Desktop would.
+mcpb: $(MCPB_STAMP)
+
+$(MCPB_STAMP): $(MCPB)/package.json $(MCPB)/package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm (the MCP Bundle CLI of the bundle tests)" 1>&2; exit 1; }
+	@echo "installing the MCP Bundle CLI (@anthropic-ai/mcpb) into $(MCPB) ..." 1>&2
+	@cd $(MCPB) && { npm ci --no-audit --no-fund --loglevel=error 1>&2 || { sleep 5; npm ci --no-audit --no-fund --loglevel=error 1>&2; }; }
+	@touch $(MCPB_STAMP)
+
 # The OCI registry the capsule push/pull tests start on loopback: the CNCF distribution
 # registry of Debian's docker-registry package, installed once (root only; anyone else is
 # told what to run). The tests start their own, never the package's service.
@@ -80,7 +92,7 @@ serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files \
 	  --capsules $(CAPSULE_DIR)/feeds
 
-test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(REGISTRY_BIN)
+test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q
 
 # ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
@@ -92,7 +104,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test-fast: $(STAMP) $(JS_STAMP) $(REGISTRY_BIN)
+test-fast: $(STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: build-capsules
@@ -102,4 +114,4 @@ soak: build-capsules
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules $(CONFORMANCE)/node_modules $(JS_TOOLCHAIN)/node_modules
+	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck $(TS_CLIENT)/node_modules $(CONFORMANCE)/node_modules $(JS_TOOLCHAIN)/node_modules $(MCPB)/node_modules

@@ -35,6 +35,14 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         "Add this server to a client's config file.",
         ("astrid mcp install claude-desktop --capsules ./notes", "astrid mcp install vscode --name astrid-notes"),
     ),
+    "mcp bundle": (
+        "Make a one-click Claude Desktop bundle (.mcpb) of capsules.",
+        ("astrid mcp bundle capsules/files", "astrid mcp bundle ./notes weather-1.2.0.capsule --name my-notes"),
+    ),
+    "mcp serve-bundle": (
+        "Serve an unpacked bundle (what its manifest runs).",
+        ("astrid mcp serve-bundle ./astrid-files --set files_files_folder=$HOME/notes",),
+    ),
     "mcp token": ("Bearer tokens for `mcp serve --http`.", ("astrid mcp token add alice",)),
     "mcp token add": ("Make a token for a user; print it once.", ("astrid mcp token add alice",)),
     "mcp token list": ("List the users that have a token.", ("astrid mcp token list",)),

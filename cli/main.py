@@ -15,7 +15,7 @@ from astrid.host.version import astrid_version
 # Each top-level command -> the modules that attach it and its subcommands. They are imported
 # when the command is first looked up: `astrid mcp serve` loads no other command's module.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "mcp": ("mcp_cmd", "token_cmd"),
+    "mcp": ("mcp_cmd", "token_cmd", "bundle_cmd"),
     "capsule": ("capsule_cmd", "artifact_cmd", "install_cmd", "oci_cmd", "grant_cmd"),
     "resources": ("resources_cmd",),
     "key": ("key_cmd",),

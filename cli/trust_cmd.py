@@ -8,30 +8,12 @@ publisher keeps its namespaces reserved for it unless `--release`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from astrid.cli.main import trust
-
-
-def trust_option(function: Callable) -> Callable:
-    return click.option(
-        "--trust",
-        "trust_file",
-        type=click.Path(path_type=Path, dir_okay=False),
-        metavar="FILE",
-        default=None,
-        help="The trust file (default: $ASTRID_CONFIG_DIR/trust.json, else the user config dir's).",
-    )(function)
-
-
-def trust_store(trust_file: Path | None) -> Any:
-    from astrid.host.identity.trust import TrustStore, default_trust_file
-
-    return TrustStore(trust_file.expanduser() if trust_file is not None else default_trust_file())
+from astrid.cli.trust_options import trust_option, trust_store
 
 
 def _say(message: str) -> None:

@@ -94,6 +94,12 @@ def built_introspect(bundled_built: dict[str, Built]) -> Built:
 
 
 @pytest.fixture(scope="session")
+def built_files(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """capsules/files: the folder granted as the mount "files", served as resources."""
+    return build_clean(CAPSULES_DIR / "files", tmp_path_factory.mktemp("files") / "files")
+
+
+@pytest.fixture(scope="session")
 def built_faulty(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """tests/fixtures/faulty: handlers that raise, return the wrong type or too much."""
     return build_clean(FIXTURES / "faulty", tmp_path_factory.mktemp("faulty") / "faulty")
