@@ -157,3 +157,24 @@ async def test_a_ts_capsule_from_the_wheel_installs_the_pinned_toolchain_in_the_
     finally:  # ~400 MB of node_modules: not kept in pytest's tmp folders
         for folder in (tmp_path / "builds").glob("js-toolchain-*"):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_without_npm_the_first_ts_build_says_what_to_install(installed: Installed, tmp_path: Path) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("this test needs Node.js on PATH (as `make test` does)")
+    bin_dir = tmp_path / "bin"  # node, but no npm
+    bin_dir.mkdir()
+    (bin_dir / "node").symlink_to(node)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**installed.env(tmp_path), "PATH": str(bin_dir)}
+    env.pop("ASTRID_JS_TOOLCHAIN", None)
+    installed.run("capsule", "new", "greet", "--lang", "ts", cwd=work, env=env)
+    done = subprocess.run(
+        [installed.astrid, "capsule", "build", "greet"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "installs its pinned toolchain with npm, which is not on PATH" in done.stderr
+    assert "install Node.js 20+ with npm" in done.stderr
+    assert not list((tmp_path / "builds").glob("js-toolchain-*"))  # nothing half-installed
