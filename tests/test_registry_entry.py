@@ -59,6 +59,9 @@ def test_the_entry_is_the_pypi_package_at_pyprojects_version() -> None:
     assert data["version"] == project["version"] == package["version"]
     assert package["registryType"] == "pypi" and package["identifier"] == project["name"]
     assert [arg["value"] for arg in package["packageArguments"]] == ["mcp", "serve"]
+    # `uvx astrid-py mcp serve`: the package ships a command of its own name
+    assert package["runtimeHint"] == "uvx"
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"][project["name"]]
     assert package["transport"] == {"type": "stdio"}
 
 

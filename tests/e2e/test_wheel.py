@@ -85,6 +85,9 @@ def test_the_installed_package_is_the_wheels_not_the_checkout(installed: Install
         check=True,
     )
     assert Path(where.stdout.strip()).is_relative_to(installed.venv)
+    # the command under the package's name too (`uvx astrid-py ...`, MCP registry clients)
+    same = subprocess.run([str(installed.venv / "bin" / "astrid-py"), "--version"], capture_output=True, text=True)
+    assert same.returncode == 0 and "astrid" in same.stdout
     shipped = installed.venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     astrid = shipped / "astrid"
     for path in (
