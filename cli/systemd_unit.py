@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from astrid.cli.errors import UserError
 from astrid.host.settings import (
     BUILD_CACHE_ENV,
     CACHE_DIR_ENV,
@@ -153,7 +154,11 @@ def serve_flags(command: click.Command, values: dict[str, Any]) -> list[str]:
 
 
 def quote(arg: str) -> str:
-    """One word of ExecStart= or Environment= as systemd reads it: `%` and `$` escaped, quoted when needed."""
+    """One word of ExecStart= or Environment= as systemd reads it: `%` and `$` escaped, quoted when needed.
+
+    A control character is refused: a newline would end the line and start a directive of its own."""
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in arg):
+        raise UserError(f"{arg!r}: a control character (a newline, a tab, ...) cannot be in a systemd unit: rename it")
     escaped = arg.replace("%", "%%").replace("$", "$$")
     if _PLAIN.match(escaped):
         return escaped
