@@ -9,6 +9,7 @@ TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 CONFORMANCE := tests/e2e/conformance
 CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
 REGISTRY_BIN := /usr/bin/docker-registry
+SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
 JS_TOOLCHAIN := toolchains/js
 JS_STAMP := $(JS_TOOLCHAIN)/node_modules/.installed
 MCPB := tests/e2e/mcpb
@@ -79,6 +80,18 @@ $(REGISTRY_BIN):
 	  apt-get update -qq 1>&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry 1>&2; \
 	}
 
+# systemd-analyze checks the unit `astrid mcp install systemd` writes (tests/cli/test_systemd_unit.py):
+# Debian's systemd package, installed once like docker-registry (nothing is started).
+$(SYSTEMD_ANALYZE):
+	@command -v systemd-analyze >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make test needs systemd-analyze (it checks the systemd unit of astrid mcp install systemd): run 'sudo apt-get update && sudo apt-get install -y systemd'" 1>&2; \
+	    exit 1; \
+	  fi; \
+	  echo "installing systemd (Debian package) for systemd-analyze verify ..." 1>&2; \
+	  apt-get update -qq 1>&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd 1>&2; \
+	}
+
 # feeds is TypeScript: its build needs the JS toolchain (Node.js 20+ and npm).
 build-capsules: $(STAMP) $(JS_STAMP)
 	@$(BIN)/astrid capsule build $(CAPSULE_DIR)/introspect 1>&2
@@ -92,7 +105,7 @@ serve: build-capsules
 	@$(BIN)/astrid mcp serve --capsules $(CAPSULE_DIR)/introspect --capsules $(CAPSULE_DIR)/docs --capsules $(CAPSULE_DIR)/files \
 	  --capsules $(CAPSULE_DIR)/feeds
 
-test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN)
+test: lint $(TS_STAMP) $(CONFORMANCE_STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN) $(SYSTEMD_ANALYZE)
 	$(BIN)/python -m pytest -q
 
 # ruff (lint + format) and mypy on the whole tree. mypy finds the `astrid.*`
@@ -104,7 +117,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test-fast: $(STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN)
+test-fast: $(STAMP) $(JS_STAMP) $(MCPB_STAMP) $(REGISTRY_BIN) $(SYSTEMD_ANALYZE)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: build-capsules

@@ -137,6 +137,7 @@ class _Progress:
     LABELS = {
         "requirements": "installing requirements.txt with pip",
         "componentize": "building the component with componentize-py",
+        "js-toolchain": "installing the pinned JS/TS toolchain with npm ci (first TS build only)",
         "componentize-js": "building the component with esbuild and componentize-js",
         "compile": "compiling for wasmtime",
         "check": "checking Capsule.toml against the component",

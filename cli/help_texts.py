@@ -31,9 +31,26 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         "Print a client's config entry for this server.",
         ("astrid mcp config --capsules ./notes", "astrid mcp config --http https://astrid.example.com/mcp"),
     ),
-    "mcp install": (
-        "Add this server to a client's config file.",
-        ("astrid mcp install claude-desktop --capsules ./notes", "astrid mcp install vscode --name astrid-notes"),
+    "mcp install": ("Add this server to a client, or as a service.", ()),
+    "mcp install claude-desktop": (
+        "Add this server to Claude Desktop's config file.",
+        ("astrid mcp install claude-desktop --capsules ./notes",),
+    ),
+    "mcp install claude-code": (
+        "Add this server to Claude Code's config file.",
+        ("astrid mcp install claude-code --capsules ./notes",),
+    ),
+    "mcp install cursor": (
+        "Add this server to Cursor's config file.",
+        ("astrid mcp install cursor --capsules ./notes",),
+    ),
+    "mcp install vscode": (
+        "Add this server to VS Code's config file.",
+        ("astrid mcp install vscode --capsules ./notes --name astrid-notes",),
+    ),
+    "mcp install systemd": (
+        "Write a systemd unit for the HTTP server.",
+        ("astrid mcp install systemd -o /etc/systemd/system/astrid.service",),
     ),
     "mcp bundle": (
         "Make a one-click Claude Desktop bundle (.mcpb) of capsules.",

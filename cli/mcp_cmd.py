@@ -16,6 +16,8 @@ import click
 from astrid.cli import output
 from astrid.cli.client_install import (
     CLIENTS,
+    Client,
+    astrid_command,
     check_name,
     check_url,
     default_name,
@@ -769,50 +771,141 @@ def mcp_config(
         click.echo(line, err=True)
 
 
-@mcp.command("install")
-@click.argument("client_key", metavar="CLIENT", type=click.Choice(list(CLIENTS)))
-@entry_options
+@mcp.group("install")
+def mcp_install() -> None:
+    """Add the server to a client's config file (claude-desktop, claude-code, cursor, vscode), or write a
+    systemd unit that runs it as an HTTP service (systemd)."""
+
+
+def _client_install_command(client: Client) -> click.Command:
+    """`astrid mcp install CLIENT`, one subcommand per client."""
+
+    @entry_options
+    @click.option(
+        "--config-file",
+        "client_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        metavar="PATH",
+        help="The client's config file to change [default: where CLIENT keeps it on this platform].",
+    )
+    @click.option("--replace", is_flag=True, help="Overwrite an entry of the same name that differs.")
+    def install_in_client(
+        name: str | None,
+        dev_folder: Path | None,
+        http_url: str | None,
+        capsule_dirs: tuple[Path, ...],
+        principal: str | None,
+        resource_tools: bool,
+        client_file: Path | None,
+        replace: bool,
+    ) -> None:
+        made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools, dev_folder)
+        file = client_file.expanduser() if client_file is not None else client.config_file()
+        done = install_entry(
+            client, file, made.name, made.entry, replace=replace, explicit_file=client_file is not None
+        )
+        where = f"{client.title}'s {done.file}"
+        if not done.changed:
+            _say(f"{where} already has this entry as {made.name!r}: nothing changed")
+            return
+        verb = "replaced" if done.replaced else "added"
+        _say(f"{verb} the server {made.name!r} in {where}" + (" (a new file)" if done.created else ""))
+        if done.backup is not None:
+            _say(f"the previous file is kept as {done.backup}")
+        for line in made.notes():
+            _say(line.replace("<token>", "<token> in that file"))
+        _say(client.after)
+
+    install_in_client.__doc__ = f"""Add the server to {client.title}'s own config file.
+
+    The entry is the one `astrid mcp config --client {client.key}` prints. Other servers and
+    keys stay as they are; the previous file is kept as FILE.bak-DATE-TIME; running
+    it again changes nothing. A file that is not a JSON object is left alone.
+    """
+    return mcp_install.command(client.key)(install_in_client)
+
+
+for _client in CLIENTS.values():
+    _client_install_command(_client)
+
+
+@mcp_install.command("systemd")
 @click.option(
-    "--config-file",
-    "client_file",
+    "--output",
+    "-o",
+    "output_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     metavar="PATH",
-    help="The client's config file to change [default: where CLIENT keeps it on this platform].",
+    help="Write the unit to this file, e.g. /etc/systemd/system/astrid.service [default: print it].",
 )
-@click.option("--replace", is_flag=True, help="Overwrite an entry of the same name that differs.")
-def mcp_install(
-    client_key: str,
-    name: str | None,
-    dev_folder: Path | None,
-    http_url: str | None,
-    capsule_dirs: tuple[Path, ...],
-    principal: str | None,
-    resource_tools: bool,
-    client_file: Path | None,
-    replace: bool,
-) -> None:
-    """Add the server to a client's own config file: claude-desktop, claude-code, cursor or vscode.
+@click.option("--force", is_flag=True, help="Overwrite the --output file when it exists.")
+@click.option(
+    "--user",
+    default="astrid",
+    show_default=True,
+    metavar="NAME",
+    help="The dedicated system user the service runs as; also names its folders /var/lib/NAME, /var/cache/NAME.",
+)
+def install_systemd(output_file: Path | None, force: bool, user: str) -> None:
+    """Write a systemd unit that runs `astrid mcp serve --http` as a hardened service.
 
-    The entry is the one `astrid mcp config` prints. Other servers and keys
-    stay as they are; the previous file is kept as FILE.bak-DATE-TIME; running
-    it again changes nothing. A file that is not a JSON object is left alone.
+    Its flags come from astrid.toml (`astrid --config FILE mcp install systemd`,
+    else ./astrid.toml or the user config dir's), whose [serve] table must set
+    http; run it again with --force after changing the file. The service runs as
+    a dedicated user, may write only to /var/lib/NAME and /var/cache/NAME, and
+    restarts on failure. The next steps go to stderr.
     """
-    client = CLIENTS[client_key]
-    made = ClientEntry(name, http_url, capsule_dirs, principal, resource_tools, dev_folder)
-    file = client_file.expanduser() if client_file is not None else client.config_file()
-    done = install_entry(client, file, made.name, made.entry, replace=replace, explicit_file=client_file is not None)
-    where = f"{client.title}'s {done.file}"
-    if not done.changed:
-        _say(f"{where} already has this entry as {made.name!r}: nothing changed")
-        return
-    verb = "replaced" if done.replaced else "added"
-    _say(f"{verb} the server {made.name!r} in {where}" + (" (a new file)" if done.created else ""))
-    if done.backup is not None:
-        _say(f"the previous file is kept as {done.backup}")
-    for line in made.notes():
-        _say(line.replace("<token>", "<token> in that file"))
-    _say(client.after)
+    from astrid.cli.systemd_unit import USER_NAME, Unit, serve_flags
+
+    if not USER_NAME.match(user):
+        raise UserError(f"--user {user!r}: give a system user name (lower-case letters, digits, '-', '_'), e.g. astrid")
+    config = load_config(explicit_config_file())
+    if config is None:
+        raise UserError(
+            "no astrid.toml found: the unit runs `astrid mcp serve --http` with the settings of one; write it "
+            '([serve] with http = "127.0.0.1:8000"; docs/operations.md), '
+            "then run `astrid --config FILE mcp install systemd`"
+        )
+    if "http_address" not in config.values:
+        raise UserError(
+            f'{config.path} sets no http: the unit runs an HTTP server; add http = "127.0.0.1:8000" to its [serve]'
+        )
+    if "@" in config.values.get("bus_url", "").partition("://")[2].partition("/")[0]:
+        raise UserError(
+            f"{config.path}: bus holds a credential, which a unit file would show to every local user; "
+            "use nats-creds = FILE instead"
+        )
+    command, *prefix = astrid_command()
+    serve_args = ["mcp", "serve", *serve_flags(mcp_serve, config.values)]
+    unit = Unit([command, *prefix], serve_args, user=user, folder=user, source=str(config.path))
+    text = unit.text()
+    service = output_file.name if output_file is not None and output_file.suffix == ".service" else f"{user}.service"
+    if output_file is None:
+        click.echo(text, nl=False)
+    else:
+        target = output_file.expanduser()
+        if target.exists() and not force:
+            raise UserError(f"{target} exists: pass --force to overwrite it")
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {target} ({exc.strerror or exc}): pick another --output") from None
+        _say(f"wrote the unit {service} to {target}")
+    for problem in unit.unseen_paths():
+        _say(f"warning: {problem}: install astrid and the files it serves outside home folders and /tmp")
+    state = f"/var/lib/{user}"
+    _say("next, as root:")
+    _say(f"  useradd --system --user-group --home-dir {state} --shell /usr/sbin/nologin {user}   # once")
+    if output_file is None or not str(output_file.expanduser().resolve()).startswith("/etc/systemd/system/"):
+        _say(f"  save the unit as /etc/systemd/system/{service}")
+    _say(f"  systemctl daemon-reload && systemctl enable --now {service}")
+    _say(f"  journalctl -u {service} -f   # its log")
+    _say(
+        f"tokens, grants and capsules are the service user's: sudo -u {user} env ASTRID_CONFIG_DIR={state}/config "
+        f"ASTRID_CAPSULE_HOME={state}/capsules {command} mcp token add NAME"
+    )
 
 
 def _home() -> Path:

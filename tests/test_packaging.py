@@ -5,7 +5,11 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from astrid.capsules import BUNDLED
+from astrid.host.build.js_install import MANIFEST_FILES
+
 REPO = Path(__file__).resolve().parent.parent
+SDK_TS = [p for p in (REPO / "capsules" / "sdk-ts").rglob("*") if p.is_file() and "node_modules" not in p.parts]
 
 
 def test_every_package_folder_is_in_pyproject() -> None:
@@ -50,3 +54,18 @@ def test_the_wheel_ships_the_wit_contract_the_sdk_and_the_templates(tmp_path) ->
         "astrid/capsules/feeds/xml.ts",
     } <= names
     assert "astrid/host/kernel/kernel.py" in names and "astrid/cli/main.py" in names
+    # a TS capsule's build: the SDK it bundles and the pinned toolchain's manifest (installed on first use)
+    sdk_ts = {f"astrid/capsules/sdk-ts/{p.relative_to(REPO / 'capsules' / 'sdk-ts').as_posix()}" for p in SDK_TS}
+    assert sdk_ts <= names
+    assert {f"astrid/toolchains/js/{name}" for name in MANIFEST_FILES} <= names
+    assert not any("node_modules" in name for name in names)
+    # the bundled capsules' sources
+    assert {f"astrid/capsules/{name}/app.py" for name in BUNDLED} <= names
+
+
+def test_every_bundled_capsule_is_shipped() -> None:
+    # a capsule folder has no __init__.py: the check above does not see a new one
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for name in BUNDLED:
+        assert f"astrid.capsules.{name}" in config["packages"], name
+        assert "Capsule.toml" in config["package-data"][f"astrid.capsules.{name}"], name

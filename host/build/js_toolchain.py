@@ -5,7 +5,8 @@
     -> componentize-js builds the component against the world `resource-capsule`
 
 Both tools are the npm packages pinned in `toolchains/js/package-lock.json`, installed there by
-`make js-toolchain` (or `$ASTRID_JS_TOOLCHAIN`), and run by its `build.mjs` on the `node` on PATH.
+`make js-toolchain`, else into the user's build cache on the first TS build (`js_install.py`; or
+`$ASTRID_JS_TOOLCHAIN`), and run by its `build.mjs` on the `node` on PATH.
 The component imports the astrid:* interfaces and the WASI the host serves deny-by-default
 (`kernel/wasi.py`): clocks, random and stdio are on, so `Date.now()`, `Math.random()` and
 `console.log()` work; its http and fetch features are off (a capsule reaches the network with
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astrid.capsules import CAPSULES_DIR
+from astrid.host.build.js_install import ready_toolchain
 from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
@@ -33,27 +35,9 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRIES = ("app.ts", "app.js")
 SDK_TS_DIR = CAPSULES_DIR / "sdk-ts"
-TOOLCHAIN_ENV = "ASTRID_JS_TOOLCHAIN"
 FLAGS = "esbuild-esm-es2022 disable:http,fetch-event table-1"
 TIMEOUT_S = 600.0
 _PHASE = re.compile(r"^phase: (\w+)$", re.MULTILINE)
-
-
-def toolchain_dir() -> Path:
-    """Where the pinned npm packages are: `$ASTRID_JS_TOOLCHAIN`, else the checkout's `toolchains/js`."""
-    configured = os.environ.get(TOOLCHAIN_ENV)
-    return Path(configured) if configured else CAPSULES_DIR.parent / "toolchains" / "js"
-
-
-def _check_installed() -> Path:
-    folder = toolchain_dir()
-    if not (folder / "node_modules" / "@bytecodealliance" / "componentize-js").is_dir():
-        raise BuildError(
-            f"the JS/TS toolchain is not installed in {folder}: run `make js-toolchain` (or set {TOOLCHAIN_ENV})"
-        )
-    if shutil.which("node") is None:
-        raise BuildError("building a JS/TS capsule needs Node.js 20+ on PATH: install it (https://nodejs.org)")
-    return folder
 
 
 def _sdk_files() -> list[Path]:
@@ -93,7 +77,7 @@ class JsToolchain:
         entry = self._entry(folder)
         if entry is None:
             raise BuildError(self.missing(folder))
-        tools = _check_installed()
+        tools = ready_toolchain(cache, progress)
         return JsBuild(Path(folder), entry, manifest, exclude, tools, content_hash(Path(folder), exclude, tools))
 
 

@@ -67,15 +67,20 @@ async def stdio_session(
     init_timeout_s: float = 30,
     check_stdout: bool = True,
     args: list[str] | None = None,
+    command: str | None = None,
+    cwd: Path | None = None,
 ) -> AsyncIterator[StdioSession]:
     """`astrid mcp serve --principal P [EXTRA...] --capsules F...` under a ClientSession (2025-11-25 handshake).
 
     The server's stderr goes to the file `stderr`. With `check_stdout`, a
     session that ends normally checks that stdout carried nothing but JSON-RPC. `args`: another
-    command than `mcp serve` (`capsule dev DIR`), whole.
+    command than `mcp serve` (`capsule dev DIR`), whole. `command`: another astrid executable than the
+    test environment's (an installed wheel's), run in `cwd`.
     """
     args = args if args is not None else serve_args(*folders, principal=principal, extra=extra)
-    params = StdioServerParameters(command=astrid_exe(), args=args, env=env or server_env(capsule_home))
+    params = StdioServerParameters(
+        command=command or astrid_exe(), args=args, env=env or server_env(capsule_home), cwd=cwd
+    )
     holder: list[StdioSession] = []
 
     async def on_message(message) -> None:
