@@ -60,7 +60,7 @@ def test_the_wheel_ships_the_wit_contract_the_sdk_and_the_templates(tmp_path) ->
     assert {f"astrid/toolchains/js/{name}" for name in MANIFEST_FILES} <= names
     assert not any("node_modules" in name for name in names)
     # the bundled capsules' sources
-    assert {f"astrid/capsules/{name}/app.py" for name in BUNDLED} <= names
+    assert {f"astrid/capsules/{name}/Capsule.toml" for name in BUNDLED} <= names
 
 
 def test_every_bundled_capsule_is_shipped() -> None:

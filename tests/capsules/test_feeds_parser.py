@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from astrid.capsules import CAPSULES_DIR
-from astrid.host.build.js_toolchain import toolchain_dir
+from astrid.host.build.js_install import SHIPPED_DIR
 
 DRIVER = """\
 import { readFeed } from './feed.mjs';
@@ -85,7 +85,7 @@ CASES: dict[str, tuple[str, int]] = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tools = toolchain_dir()
+    tools = SHIPPED_DIR  # installed by `make js-toolchain`, as make test does
     esbuild = tools / "node_modules" / ".bin" / "esbuild"
     if not esbuild.exists():
         pytest.fail(f"the JS toolchain is not installed in {tools}: run `make js-toolchain`")
