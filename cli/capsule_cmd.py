@@ -136,6 +136,7 @@ class _Progress:
 
     LABELS = {
         "requirements": "installing requirements.txt with pip",
+        "npm": "installing package.json's dependencies with npm install --ignore-scripts",
         "componentize": "building the component with componentize-py",
         "componentize-js": "building the component with esbuild and componentize-js",
         "compile": "compiling for wasmtime",
