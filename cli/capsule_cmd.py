@@ -328,7 +328,7 @@ def _dev_serves_python(path: Path, folder: Path) -> None:
     other = next((toolchain for toolchain in toolchains() if toolchain.detects(folder)), None)
     if other is not None:
         raise UserError(
-            f"{path}: dev mode serves Python capsules, and this one is {other.language}: build it with "
+            f"{path}: dev mode serves Python capsules, and this one is {other.language_of(folder)}: build it with "
             f"`astrid capsule build {path}` while `astrid mcp serve --capsules {path}` runs (each build is reloaded)"
         )
 

@@ -91,6 +91,11 @@ class JsToolchain:
     def detects(self, folder: Path) -> bool:
         return self._entry(folder) is not None
 
+    def language_of(self, folder: Path) -> str:
+        """ "TypeScript" for an app.ts, "JavaScript" for an app.js (`language` names the toolchain)."""
+        entry = self._entry(folder)
+        return "JavaScript" if entry is not None and entry.suffix == ".js" else "TypeScript"
+
     def missing(self, folder: Path) -> str:
         return (
             f"{shown(Path(folder) / ENTRIES[0])} (or app.js): not found (a TypeScript capsule's entry; "
