@@ -35,6 +35,9 @@ async def test_a_family_is_listed_by_its_lister_and_read_by_key(parity: Path, ca
         member = listed["astrid://parity/notes/b"]
         assert (member.name, member.title, member.size) == ("b", "B", 3)
         assert listed["astrid://parity/sized"].size == 5
+        # a template's lister lists URIs it serves; what is not a flat member or a match is dropped
+        assert listed["astrid://parity/day/monday"].title == "Monday"
+        assert not [uri for uri in listed if uri.endswith(("/not/flat", "/elsewhere"))]
         assert await served.text("astrid://parity/notes/a") == "note a for alice"
         assert await served.text("astrid://parity/notes/b") == "bee for alice"
         # NotFound is silence: the broker answers that nobody serves it, no handler error

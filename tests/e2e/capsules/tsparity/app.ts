@@ -11,7 +11,7 @@ const capsule = new Capsule('parity');
 
 capsule.family(
   'astrid://parity/notes/',
-  { mimeType: 'text/plain', list: () => ['a', { key: 'b', title: 'B', size: 3 }] },
+  { mimeType: 'text/plain', list: () => ['a', { key: 'b', title: 'B', size: 3 }, 'not/flat'] },
   (ctx) => {
     if (ctx.key === 'gone') throw new NotFound(ctx.uri);
     return ctx.key in NOTES ? `${NOTES[ctx.key]} for ${ctx.principal}` : `no note ${ctx.key}`;
@@ -45,7 +45,11 @@ capsule.resource('astrid://parity/rejects', { name: 'rejects' }, async () => {
 capsule.resource('astrid://parity/never', { name: 'never' }, () => new Promise<string>(() => {}));
 capsule.template(
   'astrid://parity/day/{day}',
-  { name: 'day', complete: { day: async (prefix) => ['monday', 'tuesday'].filter((d) => d.startsWith(prefix)) } },
+  {
+    name: 'day',
+    complete: { day: async (prefix) => ['monday', 'tuesday'].filter((d) => d.startsWith(prefix)) },
+    list: () => [{ uri: 'astrid://parity/day/monday', title: 'Monday' }, 'astrid://parity/elsewhere'],
+  },
   (ctx) => `day ${ctx.params.day}`,
 );
 
