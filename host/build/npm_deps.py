@@ -110,5 +110,14 @@ def module_files(folder: Path) -> list[Path]:
             continue
         seen.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(current) / name for name in files if not name.startswith("."))
+        for name in files:
+            path = Path(current) / name
+            if name.startswith("."):
+                continue
+            if not path.exists():  # npm links a `file:` dependency even when its folder is not there
+                raise BuildError(
+                    f"{shown(path.parent)}/{name} links to {os.readlink(path)}, which does not exist: "
+                    f"fix that dependency's path in {shown(Path(folder) / PACKAGE_JSON)}"
+                )
+            found.append(path)
     return sorted(found)

@@ -84,3 +84,17 @@ def test_a_git_dependency_is_refused_before_npm_runs(npm: Path):
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith('error: shouter/package.json: the dependency "left-pad"') and "git dependency" in last
     assert not (npm / "shouter" / "node_modules").exists()
+
+
+def test_a_file_dependency_to_a_missing_folder_is_one_line_naming_it(npm: Path):
+    package = npm / "shouter" / "package.json"
+    declared = json.loads(package.read_text())
+    declared["dependencies"]["nowhere"] = "file:../nowhere"
+    package.write_text(json.dumps(declared))
+    refused = astrid("capsule", "build", "shouter", cwd=npm, timeout=600)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: shouter/node_modules/nowhere links to ../../nowhere, which does not exist: "
+        "fix that dependency's path in shouter/package.json"
+    ), refused.stderr
+    assert "Traceback" not in refused.stderr
