@@ -7,7 +7,7 @@ import { getCaller } from 'astrid:sys/host@1.0.0';
 import type { Capsule, Handler, Lister, Member, Template, Visible } from './capsule.js';
 import { Context, hostLog } from './context.js';
 import { NotFound } from './errors.js';
-import { settle, Unsettled } from './settle.js';
+import { settle, SPIN_MS, Unsettled } from './settle.js';
 import { authorSite, describeError } from './site.js';
 import { utf8Length } from './uri.js';
 import { completeError, completeReply, definition, readError, readReply, type Result } from './wire.js';
@@ -256,10 +256,14 @@ function read(capsule: Capsule, req: Record<string, unknown> | null): HookResult
     return failed(error);
   }
   if (!isThenable(value)) return safely(() => answer(value), failed);
-  return settle(value, `returned a Promise that can never settle${at(target.site)}`).then(
+  return settle(value, unsettled(target.site)).then(
     (settled) => safely(() => answer(settled), failed),
     (error) => safely(() => failed(error), () => ({ action: 'error', data: 'cannot publish the read error' })),
   );
+}
+
+function unsettled(site: number[]): string {
+  return `returned a Promise still pending after ${SPIN_MS} ms with no timer left to wait for${at(site)}`;
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -339,7 +343,7 @@ function complete(capsule: Capsule, req: Record<string, unknown> | null): HookRe
     return failed(error);
   }
   if (!isThenable(values)) return safely(() => answer(values), failed);
-  return settle(values, `returned a Promise that can never settle${at(template.site)}`).then(
+  return settle(values, unsettled(template.site)).then(
     (settled) => safely(() => answer(settled), failed),
     (error) => safely(() => failed(error), () => ({ action: 'error', data: 'cannot publish the completion error' })),
   );

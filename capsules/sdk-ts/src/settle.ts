@@ -1,16 +1,20 @@
 // Settling a handler's Promise within the call. componentize-js runs the component's event loop until the
 // export's Promise settles, and traps when the loop runs dry first (a Promise nothing will ever settle).
-// So the SDK watches: while the author has a timer pending it waits for it (the host's call window still
-// bounds the wait); with none, a Promise still pending after a long run of microtasks can never settle,
-// and becomes a read error at once. No timer of the SDK's own: none competes with the author's.
+// So the SDK watches, one microtask at a time: while the author has a timer pending it waits for it (the
+// host's call window still bounds the wait); with none, only microtasks can settle the Promise, and one
+// still pending after SPIN_MS of them never will: it becomes a read error, well inside the 2 s window.
+// (A microtask costs tens of microseconds here: an `await` loop of some 10,000 steps fits.) No timer
+// of the SDK's own: none competes with the author's.
 type TimerId = ReturnType<typeof setTimeout>;
 
-/** Microtask rounds a Promise may take with no timer pending (an `await` chain costs a few each). */
-const ROUNDS = 10_000;
+/** How long a Promise may take on microtasks alone (no timer pending) before it counts as never settling. */
+export const SPIN_MS = 750;
+/** Look at the clock once per this many microtasks (it is a host call). */
+const CLOCK_EVERY = 256;
 const pending = new Set<TimerId>();
 let waiters: (() => void)[] = [];
 
-/** Rejected with this when the Promise can never settle. */
+/** Rejected with this when the Promise is still pending with nothing left to wait for. */
 export class Unsettled extends Error {}
 
 function afterTimer(): void {
@@ -62,7 +66,7 @@ if (typeof realSetInterval === 'function') {
   }) as typeof clearInterval;
 }
 
-/** `promise` settled, or rejected with Unsettled(`never`) once nothing is left that could settle it. */
+/** `promise` settled, or rejected with Unsettled(`never`) once it has spun SPIN_MS with no timer pending. */
 export function settle<T>(promise: PromiseLike<T>, never: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let done = false;
@@ -77,12 +81,15 @@ export function settle<T>(promise: PromiseLike<T>, never: string): Promise<T> {
       },
     );
     let rounds = 0;
+    let since = Date.now();
     const check = (): void => {
       if (done) return;
       if (pending.size > 0) {
-        rounds = 0;
-        waiters.push(check); // look again once one of the author's timers has run
-      } else if (++rounds < ROUNDS) {
+        waiters.push(() => {
+          since = Date.now(); // a timer ran: the Promise may settle on microtasks again
+          check();
+        });
+      } else if (++rounds % CLOCK_EVERY !== 0 || Date.now() - since < SPIN_MS) {
         queueMicrotask(check);
       } else {
         done = true;
