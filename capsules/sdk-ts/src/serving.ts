@@ -267,7 +267,11 @@ function unsettled(site: number[]): string {
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
+  try {
+    return typeof (value as { then?: unknown } | null)?.then === 'function';
+  } catch {
+    return false; // a `then` getter that throws: not a Promise, so the wrong type (a read error)
+  }
 }
 
 
