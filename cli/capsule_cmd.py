@@ -136,6 +136,7 @@ class _Progress:
 
     LABELS = {
         "requirements": "installing requirements.txt with pip",
+        "npm": "installing package.json's dependencies with npm install --ignore-scripts",
         "componentize": "building the component with componentize-py",
         "js-toolchain": "installing the pinned JS/TS toolchain with npm ci (first TS build only)",
         "componentize-js": "building the component with esbuild and componentize-js",
@@ -328,7 +329,7 @@ def _dev_serves_python(path: Path, folder: Path) -> None:
     other = next((toolchain for toolchain in toolchains() if toolchain.detects(folder)), None)
     if other is not None:
         raise UserError(
-            f"{path}: dev mode serves Python capsules, and this one is {other.language}: build it with "
+            f"{path}: dev mode serves Python capsules, and this one is {other.language_of(folder)}: build it with "
             f"`astrid capsule build {path}` while `astrid mcp serve --capsules {path}` runs (each build is reloaded)"
         )
 

@@ -14,8 +14,11 @@ ctx.http), and so is ahead-of-time compilation (weval downloads a binary at run 
 appends a table from the bundle's lines to the author's `file:line`, which the SDK uses to point a
 read error or a manifest mismatch at the author's code.
 
-The content hash covers the capsule's files, the SDK's files, the WIT files, the pinned tools (the
-lock file and build.mjs) and the flags.
+The `dependencies` of the capsule's `package.json` are installed with `npm install --ignore-scripts`
+and bundled (`npm_deps.py`); an import of a Node built-in is refused, naming the package.
+
+The content hash covers the capsule's files, its installed dependencies, the SDK's files, the WIT
+files, the pinned tools (the lock file and build.mjs) and the flags.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astrid.capsules import CAPSULES_DIR
+from astrid.host.build import npm_deps
 from astrid.host.build.js_install import ready_toolchain
 from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.capsule.manifest import Manifest
@@ -35,7 +39,7 @@ from astrid.wit import CAPSULE_WORLD, WIT_DIR
 
 ENTRIES = ("app.ts", "app.js")
 SDK_TS_DIR = CAPSULES_DIR / "sdk-ts"
-FLAGS = "esbuild-esm-es2022 disable:http,fetch-event table-1"
+FLAGS = "esbuild-esm-es2022 disable:http,fetch-event table-1 deps-1"
 TIMEOUT_S = 600.0
 _PHASE = re.compile(r"^phase: (\w+)$", re.MULTILINE)
 
@@ -44,10 +48,16 @@ def _sdk_files() -> list[Path]:
     return sorted(p for p in SDK_TS_DIR.rglob("*") if p.is_file() and "node_modules" not in p.parts)
 
 
+def _module_files(folder: Path) -> list[Path]:
+    """The installed npm dependencies the build sees: none unless package.json declares some."""
+    return npm_deps.module_files(folder) if npm_deps.dependencies(folder) else []
+
+
 def content_hash(folder: Path, exclude: tuple[Path, ...], tools: Path) -> str:
     """sha256 over everything a build depends on."""
     digest = ContentDigest()
     digest.add_files("capsule/", folder, source_files(folder, exclude))
+    digest.add_files("modules/", folder, _module_files(folder))
     digest.add_files("sdk/", SDK_TS_DIR, _sdk_files())
     digest.add_files("wit/", WIT_DIR, sorted(WIT_DIR.rglob("*.wit")))
     digest.add_files("tools/", tools, [tools / "package-lock.json", tools / "build.mjs"])
@@ -65,6 +75,11 @@ class JsToolchain:
     def detects(self, folder: Path) -> bool:
         return self._entry(folder) is not None
 
+    def language_of(self, folder: Path) -> str:
+        """ "TypeScript" for an app.ts, "JavaScript" for an app.js (`language` names the toolchain)."""
+        entry = self._entry(folder)
+        return "JavaScript" if entry is not None and entry.suffix == ".js" else "TypeScript"
+
     def missing(self, folder: Path) -> str:
         return (
             f"{shown(Path(folder) / ENTRIES[0])} (or app.js): not found (a TypeScript capsule's entry; "
@@ -78,6 +93,7 @@ class JsToolchain:
         if entry is None:
             raise BuildError(self.missing(folder))
         tools = ready_toolchain(cache, progress)
+        npm_deps.install(Path(folder), progress)
         return JsBuild(Path(folder), entry, manifest, exclude, tools, content_hash(Path(folder), exclude, tools))
 
 
@@ -119,7 +135,8 @@ class JsBuild:
 
     def _stage(self, scratch: Path) -> None:
         """Private copies of exactly what the content hash covers."""
-        for root, files in ((self.folder, source_files(self.folder, self.exclude)), (SDK_TS_DIR, _sdk_files())):
+        sources = [*source_files(self.folder, self.exclude), *_module_files(self.folder)]
+        for root, files in ((self.folder, sources), (SDK_TS_DIR, _sdk_files())):
             target = scratch / ("capsule" if root == self.folder else "sdk")
             for path in files:
                 copy = target / path.relative_to(root)

@@ -107,6 +107,9 @@ class PythonToolchain:
     language = "python"
     entry = ENTRY_FILE
 
+    def language_of(self, folder: Path) -> str:
+        return "Python"
+
     def detects(self, folder: Path) -> bool:
         return (Path(folder) / ENTRY_FILE).is_file()
 

@@ -48,6 +48,10 @@ class Toolchain(Protocol):
         """Is `folder` a capsule in this language?"""
         ...
 
+    def language_of(self, folder: Path) -> str:
+        """The language of the capsule in `folder` as a person names it ("TypeScript"), for messages."""
+        ...
+
     def missing(self, folder: Path) -> str:
         """What `folder` lacks to be a capsule in this language, and how to start one (for an error)."""
         ...

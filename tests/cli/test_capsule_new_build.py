@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from astrid.host.contract import DescribeResponse, ReadResponse, TextChunk
 from astrid.host.kernel.kernel import Kernel, KernelConfig
 from tests.support.busclient import ALICE, Client
@@ -38,13 +40,16 @@ def test_new_with_dir_and_refusals(tmp_path: Path):
     assert bad.returncode == 1 and "not a capsule name" in bad.stderr
 
 
-def test_dev_mode_on_a_typescript_capsule_says_what_to_do_instead(tmp_path: Path):
-    assert astrid("capsule", "new", "tsnotes", "--lang", "ts", cwd=tmp_path).returncode == 0
-    refused = astrid("capsule", "dev", "tsnotes", cwd=tmp_path)
+@pytest.mark.parametrize(("lang", "language"), [("ts", "TypeScript"), ("js", "JavaScript")])
+def test_dev_mode_on_a_typescript_or_javascript_capsule_says_what_to_do_instead(
+    tmp_path: Path, lang: str, language: str
+):
+    assert astrid("capsule", "new", "notes", "--lang", lang, cwd=tmp_path).returncode == 0
+    refused = astrid("capsule", "dev", "notes", cwd=tmp_path)
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
-        "error: tsnotes: dev mode serves Python capsules, and this one is typescript: build it with "
-        "`astrid capsule build tsnotes` while `astrid mcp serve --capsules tsnotes` runs (each build is reloaded)"
+        f"error: notes: dev mode serves Python capsules, and this one is {language}: build it with "
+        "`astrid capsule build notes` while `astrid mcp serve --capsules notes` runs (each build is reloaded)"
     ]
 
 

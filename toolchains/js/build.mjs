@@ -2,7 +2,8 @@
 // interfaces left as imports), then componentize-js makes the component against the capsule world.
 // Usage: node build.mjs ENTRY SDK_ENTRY WIT_DIR WORLD OUT.wasm
 // Progress lines on stdout ("phase: bundle"); a failure is one line on stderr, "file:line: message", exit 1.
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
+import { builtinModules } from 'node:module';
 import path from 'node:path';
 import * as esbuild from 'esbuild';
 import { componentize } from '@bytecodealliance/componentize-js';
@@ -51,6 +52,39 @@ function authorLines(map) {
   return lines;
 }
 
+// A capsule runs in WebAssembly, not in Node.js: an import of a Node built-in is refused at build time,
+// naming who imports it (an npm package, or the author's file) and why.
+const BUILTINS = new Set(builtinModules.map((name) => name.replace(/^node:/, '')));
+const NO_FILES = 'a capsule has no file system: read files with ctx.fs, after the operator grants fs';
+const NO_SOCKETS = 'a capsule has no sockets: reach the network with ctx.http, after the operator grants http';
+const NO_PROCESSES = 'a capsule cannot start processes or threads';
+const WHY = {
+  fs: NO_FILES, 'fs/promises': NO_FILES,
+  net: NO_SOCKETS, http: NO_SOCKETS, https: NO_SOCKETS, http2: NO_SOCKETS, dgram: NO_SOCKETS, dns: NO_SOCKETS,
+  tls: NO_SOCKETS, child_process: NO_PROCESSES, cluster: NO_PROCESSES, worker_threads: NO_PROCESSES,
+};
+
+function packageOf(file) {
+  const parts = file.split(/[\\/]/);
+  const at = parts.lastIndexOf('node_modules');
+  if (at < 0 || at + 1 >= parts.length) return null;
+  return parts[at + 1].startsWith('@') ? `${parts[at + 1]}/${parts[at + 2]}` : parts[at + 1];
+}
+
+const refuseNodeBuiltins = {
+  name: 'astrid-no-node-builtins',
+  setup(build) {
+    build.onResolve({ filter: /^[a-z_/:]+$/ }, (args) => {
+      const name = args.path.replace(/^node:/, '');
+      if (!BUILTINS.has(name) && !BUILTINS.has(name.split('/')[0])) return undefined;
+      const why = WHY[name] ?? WHY[name.split('/')[0]] ?? 'a capsule runs in WebAssembly, not in Node.js, and has no Node built-ins';
+      const owner = packageOf(args.importer);
+      const who = owner ? `the npm package ${owner} imports` : 'imports';
+      return { errors: [{ text: `${who} the Node built-in "${name}", which a capsule cannot use: ${why}` }] };
+    });
+  },
+};
+
 let bundled;
 console.log('phase: bundle');
 try {
@@ -65,6 +99,8 @@ try {
     outfile: out + '.js',
     external: ['astrid:*'],
     alias: { '@astrid/sdk': path.resolve(sdkEntry) },
+    mainFields: ['module', 'main'], // npm packages (platform 'neutral' reads only `exports` by default)
+    plugins: [refuseNodeBuiltins],
     logLevel: 'silent',
   });
 } catch (error) {

@@ -26,7 +26,7 @@ export class NotGranted extends HostError {
 }
 
 // componentize-js throws a result's error case, `{tag, val}`, possibly wrapped in `payload`.
-function hostCall<T>(call: () => T, what: string): T {
+export function hostCall<T>(call: () => T, what: string): T {
   try {
     return call();
   } catch (error) {

@@ -8,11 +8,16 @@ export interface Described {
 
 export type Result = string | Uint8Array;
 
-export function definition(key: 'uri' | 'uri_template', value: string, d: Described): Record<string, unknown> {
+export function definition(
+  key: 'uri' | 'uri_template',
+  value: string,
+  d: Described & { size?: number },
+): Record<string, unknown> {
   const wire: Record<string, unknown> = { [key]: value, name: d.name ?? value };
   if (d.title !== undefined) wire.title = d.title;
   if (d.description !== undefined) wire.description = d.description;
   if (d.mimeType !== undefined) wire.mime_type = d.mimeType;
+  if (d.size !== undefined) wire.size = d.size;
   wire.icons = [];
   return wire;
 }
