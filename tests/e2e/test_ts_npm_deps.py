@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from astrid.host.build.js_toolchain import content_hash, toolchain_dir
+from astrid.host.build.js_install import SHIPPED_DIR
+from astrid.host.build.js_toolchain import content_hash
 from tests.support.paths import FIXTURES
 from tests.support.processes import run_astrid as astrid
 
@@ -47,10 +48,10 @@ def test_a_pure_js_dependency_is_installed_bundled_and_served(npm: Path):
 def test_a_changed_dependency_changes_the_build(npm: Path):
     folder = npm / "shouter"
     assert astrid("capsule", "build", "shouter", cwd=npm, timeout=600).returncode == 0
-    before = content_hash(folder, (), toolchain_dir())
+    before = content_hash(folder, (), SHIPPED_DIR)
     library = npm / "tinylib" / "index.js"  # reached through node_modules/tinylib, a link npm made
     library.write_text(library.read_text().replace("'!'", "'!!'"))
-    assert content_hash(folder, (), toolchain_dir()) != before
+    assert content_hash(folder, (), SHIPPED_DIR) != before
 
 
 def test_a_dependency_importing_a_node_builtin_is_refused_by_name(npm: Path):
