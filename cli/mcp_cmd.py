@@ -388,9 +388,8 @@ def mcp_serve(
         access_log=access_log,
         client_trace=trace_mode,
     )
-    with _local_workers(workers, capsule_dirs, bus, watch) as joined:
-        options.bus = joined
-        serve_http(capsule_dirs, principal, watch, options, observing)
+    options.workers = workers  # HTTP: N front ends on one socket, each running the capsules (no NATS)
+    serve_http(capsule_dirs, principal, watch, options, observing)
 
 
 @contextmanager

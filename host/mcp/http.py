@@ -30,6 +30,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -44,6 +45,7 @@ from astrid.host.mcp.access import AccessLog, FailureLog
 from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
 from astrid.host.mcp.credential_watch import CredentialWatch
 from astrid.host.mcp.sdk_internals import streamable_http_app
+from astrid.host.mcp.session_owner import AnsweredBy, OwnerRouter, id_prefix
 from astrid.host.mcp.sessions import PrincipalSessionManager
 
 if TYPE_CHECKING:
@@ -72,6 +74,22 @@ class HttpSettings:
     # False: uvicorn installs no log handlers of its own, so its lines go through the
     # root logger's (`--log-format json`).
     uvicorn_log_config: bool = True
+    # `--workers N`: this process is one of N sharing a socket bound before they started.
+    shared: SharedSocket | None = None
+
+
+@dataclass(frozen=True)
+class SharedSocket:
+    """One of `count` front-end processes accepting on `socket`; process `number` also listens on
+    `socket_of(number)`, where the others forward the requests of its sessions (`session_owner.py`)."""
+
+    socket: socket.socket
+    number: int
+    count: int
+    folder: Path  # 0700: the processes' unix sockets
+
+    def socket_of(self, number: int) -> Path:
+        return self.folder / f"{number}.sock"
 
 
 def transport_security(settings: HttpSettings, port: int) -> TransportSecuritySettings:
@@ -96,7 +114,9 @@ class HttpListener:
     def __init__(self, server: AstridMcpServer, settings: HttpSettings) -> None:
         self.server = server
         self.settings = settings
-        self.socket = _bind(settings.host, settings.port)
+        shared = settings.shared
+        self.socket = shared.socket if shared is not None else bind_address(settings.host, settings.port)
+        self.peer_socket = _bind_unix(shared.socket_of(shared.number)) if shared is not None else None
         self.port = int(self.socket.getsockname()[1])
         scheme = "https" if settings.tls_cert else "http"
         shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
@@ -120,6 +140,7 @@ class HttpListener:
             max_sessions=limits.sessions,
             sessions_per_principal=limits.sessions_per_principal,
             watch=self.credentials,
+            id_prefix=id_prefix(shared.number) if shared is not None else "",
         )
         self.app: ASGIApp = self._app()
         if settings.access_log or verifier is not None:  # failed logins are logged with or without the access log
@@ -128,6 +149,15 @@ class HttpListener:
                 access=settings.access_log,
                 principal=server.backend.principal if verifier is None else None,
                 failures=FailureLog() if verifier is not None else None,
+            )
+        if shared is not None:  # outermost: a forwarded request is logged (and authenticated) by its owner
+            self.app = OwnerRouter(
+                AnsweredBy(self.app, shared.number),
+                own=shared.number,
+                count=shared.count,
+                socket_of=shared.socket_of,
+                path=MCP_PATH,
+                max_body=settings.max_body_bytes,
             )
 
     def _app(self) -> Starlette:
@@ -151,13 +181,17 @@ class HttpListener:
             timeout_keep_alive=max(1, round(self.settings.limits.keep_alive_s)),
             timeout_graceful_shutdown=3,
         )
-        GuardedServer(config, self.guard, on_exit).run(sockets=[self.socket])
+        sockets = [self.socket] if self.peer_socket is None else [self.socket, self.peer_socket]
+        GuardedServer(config, self.guard, on_exit).run(sockets=sockets)
 
     def close(self) -> None:
         self.socket.close()
+        if self.peer_socket is not None and self.settings.shared is not None:
+            self.peer_socket.close()
+            self.settings.shared.socket_of(self.settings.shared.number).unlink(missing_ok=True)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_address(host: str, port: int) -> socket.socket:
     """Bind before serving, so the URL (and a port 0 the OS picked) is known up front."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -168,4 +202,15 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     sock.set_inheritable(True)
+    return sock
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """The socket where the other front-end processes forward this one's sessions (in a 0700 folder)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
     return sock

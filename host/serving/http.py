@@ -17,7 +17,7 @@ from pathlib import Path
 
 from astrid.host.limits import HttpLimits
 from astrid.host.mcp.auth import BearerVerifier
-from astrid.host.mcp.http import HttpListener, HttpSettings
+from astrid.host.mcp.http import HttpListener, HttpSettings, SharedSocket
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
 from astrid.host.serving.ready import Ready, when_ready
@@ -63,6 +63,7 @@ class HttpServeConfig:
     resource_tools: bool = False  # also offer the resources as two read-only tools
     client_trace: str = "link"  # a client's traceparent: a link of a new trace
     worker_threads: int | None = None  # requests that may wait on the capsules at once (None: anyio's 40)
+    shared: SharedSocket | None = None  # `--workers N`: one of N front ends on a socket bound before (front_ends.py)
 
 
 def verifier_for(auth: Auth) -> BearerVerifier | None:
@@ -93,6 +94,7 @@ class HttpServing:
             limits=http.limits,
             access_log=http.access_log,
             uvicorn_log_config=http.uvicorn_log_config,
+            shared=http.shared,
         )
         self.runtime = Runtime(config)
         self.server = AstridMcpServer(

@@ -1,0 +1,165 @@
+"""`astrid mcp serve --http --workers 2`: two front-end processes on one socket, both eras, one state.
+
+Each front end runs every capsule; the kernel gives each new connection to
+either. A response says which process answered (`astrid-worker`, diagnostics
+only) and, when it reached another one first, which forwarded it
+(`astrid-forwarded-by`). The counter capsule keeps its count in kv, one
+SQLite file for both processes, so the counts prove they share state: every
+bump is one more whichever process ran it.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from astrid.host.capabilities.grants import GrantStore
+from astrid.host.settings import CONFIG_DIR_ENV, DATA_DIR_ENV
+from tests.e2e.builds import TEST_CAPSULES
+from tests.support.capsules import build_clean
+from tests.support.http import http_server, text_of
+from tests.support.jsonrpc import initialize_request
+from tests.support.processes import all_gone
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+HITS, BUMP = "astrid://counter/hits", "astrid://counter/bump"
+BANNER = re.compile(r"--workers 2: 2 front-end processes \(pids (\d+), (\d+)\)")
+
+
+@pytest.fixture(scope="module")
+def counter(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_clean(TEST_CAPSULES / "counter", tmp_path_factory.mktemp("workers-http") / "counter").folder
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> dict[str, str]:
+    """This test's own config and data dirs, the counter granted kv."""
+    dirs = {CONFIG_DIR_ENV: str(tmp_path / "config"), DATA_DIR_ENV: str(tmp_path / "data")}
+    GrantStore(Path(dirs[CONFIG_DIR_ENV]) / "grants.json").grant("counter", "kv")
+    return dirs
+
+
+class Answers:
+    """Who answered each response: `astrid-worker` and `astrid-forwarded-by`, as an httpx event hook."""
+
+    def __init__(self) -> None:
+        self.by: Counter[str] = Counter()
+        self.forwarded: Counter[str] = Counter()
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        self.by[response.headers.get("astrid-worker", "none")] += 1
+        if "astrid-forwarded-by" in response.headers:
+            self.forwarded[response.headers["astrid-forwarded-by"]] += 1
+
+
+async def stateless_bump(url: str, token: str, answers: Answers) -> int:
+    """One 2026-07-28 client on a connection of its own: the count after its bump."""
+    hooks = {"response": [answers]}
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30, event_hooks=hooks) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
+            return int(text_of(await client.read_resource(BUMP)))
+
+
+async def test_two_front_ends_answer_both_eras_with_one_state(counter, user, capsule_home, tmp_path) -> None:
+    extra = ("--workers", "2", "--no-watch")
+    with http_server(counter, capsule_home=capsule_home, token_dir=tmp_path, extra=extra, env=user) as served:
+        token = served.add_token("alice")
+        pids = [int(p) for p in BANNER.search(served.log()).groups()]  # type: ignore[union-attr]
+
+        # 2026-07-28: stateless, any process answers; a count shared by both
+        answers = Answers()
+        counts: list[int] = []
+        with anyio.fail_after(120):
+            for _ in range(10):  # rounds of 4 clients at once, until both processes answered
+                async with anyio.create_task_group() as tasks:
+                    for _ in range(4):
+                        tasks.start_soon(lambda: _append(counts, stateless_bump(served.url, token, answers)))
+                if len(answers.by) >= 2:
+                    break
+        assert set(answers.by) == {"1", "2"}, answers.by  # both front ends answered
+        assert sorted(counts) == list(range(1, len(counts) + 1))  # one count: every bump one more, none lost
+
+        # 2025-11-25: one session, a subscription, many requests, whichever connection they come on
+        updates: list[str] = []
+
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                updates.append(str(message.params.uri))
+
+        session_answers = Answers()
+        hooks = {"response": [session_answers]}
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30, event_hooks=hooks) as http,
+            streamable_http_client(served.url, http_client=http) as (read, write),
+            ClientSession(read, write, message_handler=on_message) as session,
+        ):
+            with anyio.fail_after(60):
+                await session.initialize()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # resources/subscribe: deprecated in 2026-07-28
+                    await session.subscribe_resource(HITS)
+                before = int(text_of(await session.read_resource(HITS)))
+                for number in range(1, 21):
+                    assert int(text_of(await session.read_resource(BUMP))) == before + number
+                while HITS not in updates:  # over the GET stream, wherever its connection landed
+                    await anyio.sleep(0.05)
+            owner = {k for k in session_answers.by if k != "none"}
+            assert len(owner) == 1, session_answers.by  # one process holds the session and answered it all
+
+        # a session from fresh connections (as a client's second connection would be): those that land
+        # on the other process are forwarded to the owner and answered as usual
+        session_id = await _open_session(served.url, token)
+        forwarded = Answers()
+        with anyio.fail_after(60):
+            for _ in range(30):
+                status = await _ping(served.url, token, session_id, forwarded)
+                assert status == 200
+                if forwarded.forwarded:
+                    break
+        assert len(set(forwarded.by)) == 1 and forwarded.forwarded, (forwarded.by, forwarded.forwarded)
+        owner = next(iter(forwarded.by))
+        assert session_id.startswith(f"w{owner}.")
+        assert set(forwarded.forwarded) == {"1", "2"} - {owner}
+        # a forged id naming the other process reaches an owner that knows no such session
+        forged = "w1.0" if owner == "2" else "w2.0"
+        assert await _ping(served.url, token, forged, Answers()) == 404
+
+    assert all_gone(pids) == []
+
+
+async def _append(into: list[int], value) -> None:
+    into.append(await value)
+
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def _open_session(url: str, token: str) -> str:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **HEADERS}, timeout=30) as http:
+        made = await http.post(url, json=initialize_request("workers"))
+        assert made.status_code == 200, made.text
+        session_id = made.headers["mcp-session-id"]
+        session = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(url, json=initialized, headers=session)).status_code == 202
+        return session_id
+
+
+async def _ping(url: str, token: str, session_id: str, answers: Answers) -> int:
+    """A ping on the session from a new connection (a client of its own)."""
+    headers = {"Authorization": f"Bearer {token}", **HEADERS, "Mcp-Session-Id": session_id}
+    headers["MCP-Protocol-Version"] = "2025-11-25"
+    async with httpx2.AsyncClient(headers=headers, timeout=30, event_hooks={"response": [answers]}) as http:
+        answer = await http.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "ping"})
+        return answer.status_code
