@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -64,7 +66,7 @@ class Answers:
 
 async def stateless_bump(url: str, token: str, answers: Answers) -> int:
     """One 2026-07-28 client on a connection of its own: the count after its bump."""
-    hooks = {"response": [answers]}
+    hooks: dict[str, list[Callable[..., Any]]] = {"response": [answers]}
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30, event_hooks=hooks) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
             return int(text_of(await client.read_resource(BUMP)))
@@ -97,7 +99,7 @@ async def test_two_front_ends_answer_both_eras_with_one_state(counter, user, cap
                 updates.append(str(message.params.uri))
 
         session_answers = Answers()
-        hooks = {"response": [session_answers]}
+        hooks: dict[str, list[Callable[..., Any]]] = {"response": [session_answers]}
         headers = {"Authorization": f"Bearer {token}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30, event_hooks=hooks) as http,
@@ -114,8 +116,8 @@ async def test_two_front_ends_answer_both_eras_with_one_state(counter, user, cap
                     assert int(text_of(await session.read_resource(BUMP))) == before + number
                 while HITS not in updates:  # over the GET stream, wherever its connection landed
                     await anyio.sleep(0.05)
-            owner = {k for k in session_answers.by if k != "none"}
-            assert len(owner) == 1, session_answers.by  # one process holds the session and answered it all
+            holders = {k for k in session_answers.by if k != "none"}
+            assert len(holders) == 1, session_answers.by  # one process holds the session and answered it all
 
         # a session from fresh connections (as a client's second connection would be): those that land
         # on the other process are forwarded to the owner and answered as usual
@@ -128,7 +130,7 @@ async def test_two_front_ends_answer_both_eras_with_one_state(counter, user, cap
                 if forwarded.forwarded:
                     break
         assert len(set(forwarded.by)) == 1 and forwarded.forwarded, (forwarded.by, forwarded.forwarded)
-        owner = next(iter(forwarded.by))
+        (owner,) = forwarded.by.keys()
         assert session_id.startswith(f"w{owner}.")
         assert set(forwarded.forwarded) == {"1", "2"} - {owner}
         # a forged id naming the other process reaches an owner that knows no such session
