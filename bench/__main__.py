@@ -65,6 +65,16 @@ def prepare_capsules(root: Path, count: int) -> Path:
     return folder
 
 
+def prepare_burn(root: Path) -> Path:
+    """A folder holding the burn capsule (~2 ms of guest CPU per read), built."""
+    folder = root / "burn"
+    folder.mkdir()
+    target = folder / "burn"
+    shutil.copytree(HERE / "burn_capsule", target, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    subprocess.run([astrid_exe(), "capsule", "build", str(target)], check=True)
+    return folder
+
+
 def compile_sources() -> None:
     """Write the project's bytecode, as any first run does (the baseline's `mcp` came compiled
     from pip): with PYTHONDONTWRITEBYTECODE set, every start would compile astrid's changed sources."""
@@ -109,6 +119,10 @@ def run() -> dict:
                 http = tool("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS))
                 results["http"] = json.loads(http.strip().splitlines()[-1])
                 results["http"]["capsules"] = count
+                log(f"K={count}: HTTP, --workers 2 against one process (the bench and the burn capsule) ...")
+                burn = prepare_burn(root)
+                workers = tool("-m", "bench.workers_load", str(folder), str(burn), str(HTTP_SECONDS))
+                results["workers"] = json.loads(workers.strip().splitlines()[-1])
                 log(f"K={count}: over NATS on loopback, against the in-memory bus ...")
                 nats = tool("-m", "bench.nats", str(folder), str(ROUNDS))
                 results["nats"] = json.loads(nats.strip().splitlines()[-1])
@@ -181,15 +195,15 @@ def table(results: dict) -> str:
                 f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
                 f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {ratio:.2f}x |"
             )
-    if "http" in results and "workers" in results["http"]:
-        hosts = results["http"]["workers"]
-        for workers in ("1", "2"):  # JSON keys
-            a, b = hosts[workers]["astrid"], hosts[workers]["baseline"]
+    if "workers" in results:  # `--workers 2` vs one process, each round interleaved
+        for name, label in (("bench", "1 KiB text"), ("burn", "~2 ms guest CPU")):
+            w = results["workers"][name]
+            one, two = w["rps_median"]["1"], w["rps_median"]["2"]
             rows.append(
-                f"| HTTP reads, {hosts['clients']} clients, `--workers {workers}` (capsule hosts over NATS): "
-                f"req/s (p50 / p99 ms) | {results['http']['capsules']} | "
-                f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
-                f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {a['throughput_ratio']:.2f}x |"
+                f"| HTTP reads, {w['clients']} clients, `--workers 2` vs 1 ({label}, "
+                f"read {w['in_process_read_ms']:.2f} ms in process): req/s, median of {len(w['ratios'])} rounds | 1 | "
+                f"{two:.0f} | {one:.0f} | "
+                f"{w['ratio_median']:.2f}x |"
             )
     if "nats" in results:
         nats = results["nats"]

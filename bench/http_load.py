@@ -28,8 +28,6 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 CLIENT_COUNTS = (1, 8, 32)
-WORKER_CLIENTS = 32  # the load of the capsule-host comparison (`--workers 1` vs `--workers 2`)
-WORKER_COUNTS = (1, 2)
 URI = "astrid://bench/00-text-0"
 _URL = re.compile(r"(https?://\S+/mcp)")
 
@@ -63,34 +61,36 @@ def started(command: list[str], ready: str):
             process.kill()
 
 
-async def _client(url: str, seconds: float, latencies: list[float], errors: list[str], gate: anyio.Event) -> None:
+async def _client(
+    url: str, seconds: float, latencies: list[float], errors: list[str], gate: anyio.Event, uri: str
+) -> None:
     async with (
         httpx2.AsyncClient(timeout=30) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        await session.read_resource(URI)  # warm: this session's first read is not timed
+        await session.read_resource(uri)  # warm: this session's first read is not timed
         await gate.wait()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             started_at = time.perf_counter()
             try:
-                await session.read_resource(URI)
+                await session.read_resource(uri)
             except Exception as exc:
                 errors.append(type(exc).__name__)
                 continue
             latencies.append(time.perf_counter() - started_at)
 
 
-async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
+async def load(url: str, clients: int, seconds: float, uri: str = URI) -> dict[str, Any]:
     latencies: list[float] = []
     errors: list[str] = []
     gate = anyio.Event()
     started_at = 0.0
     async with anyio.create_task_group() as tasks:
         for _ in range(clients):
-            tasks.start_soon(_client, url, seconds, latencies, errors, gate)
+            tasks.start_soon(_client, url, seconds, latencies, errors, gate, uri)
         await anyio.sleep(0.5 + 0.05 * clients)  # let every session initialize and warm up
         started_at = time.perf_counter()
         gate.set()
@@ -123,16 +123,6 @@ def main() -> None:
                 results[system][clients] = anyio.run(load, url, clients, seconds)
             a, b = results["astrid"][clients], results["baseline"][clients]
             results["throughput_ratio"][clients] = a["throughput_rps"] / b["throughput_rps"]
-        # The same load on 1 and 2 capsule-host processes (replicas over a private NATS), the baseline
-        # (still running) measured again beside each so the ratio is of the same moment.
-        results["workers"] = {"clients": WORKER_CLIENTS}
-        for workers in WORKER_COUNTS:
-            with started([*astrid_cmd, "--workers", str(workers)], "ready in") as url:
-                print(f"http load: astrid --workers {workers}, {WORKER_CLIENTS} clients ...", file=sys.stderr)
-                hosts = anyio.run(load, url, WORKER_CLIENTS, seconds)
-                base = anyio.run(load, baseline_url, WORKER_CLIENTS, seconds)
-            hosts["throughput_ratio"] = hosts["throughput_rps"] / base["throughput_rps"]
-            results["workers"][workers] = {"astrid": hosts, "baseline": base}
     print(json.dumps(results))
 
 

@@ -44,6 +44,7 @@ from astrid.host.limits import HttpLimits
 from astrid.host.mcp.access import AccessLog, FailureLog
 from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
 from astrid.host.mcp.credential_watch import CredentialWatch
+from astrid.host.mcp.peer_updates import PeerEndpoint, PeerUpdates
 from astrid.host.mcp.sdk_internals import streamable_http_app
 from astrid.host.mcp.session_owner import AnsweredBy, OwnerRouter, id_prefix
 from astrid.host.mcp.sessions import PrincipalSessionManager
@@ -151,8 +152,11 @@ class HttpListener:
                 failures=FailureLog() if verifier is not None else None,
             )
         if shared is not None:  # outermost: a forwarded request is logged (and authenticated) by its owner
+            inner: ASGIApp = AnsweredBy(self.app, shared.number)
+            if isinstance(server.backend, PeerUpdates):
+                inner = PeerEndpoint(inner, server.backend)
             self.app = OwnerRouter(
-                AnsweredBy(self.app, shared.number),
+                inner,
                 own=shared.number,
                 count=shared.count,
                 socket_of=shared.socket_of,

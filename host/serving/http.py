@@ -18,6 +18,7 @@ from pathlib import Path
 from astrid.host.limits import HttpLimits
 from astrid.host.mcp.auth import BearerVerifier
 from astrid.host.mcp.http import HttpListener, HttpSettings, SharedSocket
+from astrid.host.mcp.peer_updates import PeerUpdates
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
 from astrid.host.serving.ready import Ready, when_ready
@@ -97,8 +98,15 @@ class HttpServing:
             shared=http.shared,
         )
         self.runtime = Runtime(config)
+        shared = http.shared
+        # --workers: the updates this process's broker checked reach the other front ends' subscribers too
+        backend = (
+            self.runtime
+            if shared is None
+            else PeerUpdates(self.runtime, own=shared.number, count=shared.count, socket_of=shared.socket_of)
+        )
         self.server = AstridMcpServer(
-            self.runtime,
+            backend,
             limits=self.runtime.limits,
             worker_threads=http.worker_threads,
             resource_tools=http.resource_tools,
