@@ -39,27 +39,30 @@ def serve_command(folder: Path, workers: int) -> list[str]:
     return command + ["--http-limit", "sessions-per-principal=64", "--http-limit", "requests-per-principal=64"]
 
 
-def in_process_read_ms(folder: Path, uri: str, reads: int = 200) -> float:
-    """The median time of one read in process (no HTTP): what the capsule itself costs."""
+def in_process_read(folder: Path, uri: str, reads: int = 200) -> dict[str, float]:
+    """One read in process (no HTTP): its median wall time and its mean CPU time (ms), what the
+    capsule and the MCP layer cost without the network; CPU time is the steadier on a shared machine."""
     from astrid.host.mcp.server import AstridMcpServer
     from astrid.host.runtime import Runtime, RuntimeConfig
 
     runtime = Runtime(RuntimeConfig(capsule_paths=sorted(p for p in folder.iterdir() if p.is_dir()), principal="bench"))
     runtime.start(background=False)
 
-    async def measure() -> list[float]:
+    async def measure() -> dict[str, float]:
         samples = []
         async with Client(AstridMcpServer(runtime, limits=runtime.limits).server) as client:
             for _ in range(20):
                 await client.read_resource(uri)
+            cpu = time.process_time()
             for _ in range(reads):
                 began = time.perf_counter()
                 await client.read_resource(uri)
                 samples.append(time.perf_counter() - began)
-        return samples
+            cpu = time.process_time() - cpu
+        return {"median_ms": statistics.median(samples) * 1000, "cpu_ms": cpu / reads * 1000}
 
     try:
-        return statistics.median(anyio.run(measure)) * 1000
+        return anyio.run(measure)
     finally:
         runtime.close()
 
@@ -94,7 +97,7 @@ def main() -> None:
     results: dict[str, Any] = {"seconds": seconds, "rounds": rounds}
     for name, folder, uri in (("bench", bench_dir, BENCH_URI), ("burn", burn_dir, BURN_URI)):
         results[name] = compare(folder, uri, seconds, rounds)
-        results[name]["in_process_read_ms"] = in_process_read_ms(folder, uri)
+        results[name]["in_process_read"] = in_process_read(folder, uri)
     print(json.dumps(results))
 
 

@@ -15,7 +15,7 @@ capsule = Capsule("burn")
 
 @capsule.resource("astrid://burn/work", mime_type="text/plain")
 def work(ctx):
-    rounds = int(ctx.config("rounds") or "2600")
+    rounds = int(ctx.config("rounds") or "5500")
     value = 2166136261
     for step in range(rounds):
         value = ((value ^ step) * 16777619) & 0xFFFFFFFF

@@ -195,11 +195,14 @@ class HttpListener:
             self.settings.shared.socket_of(self.settings.shared.number).unlink(missing_ok=True)
 
 
-def bind_address(host: str, port: int) -> socket.socket:
-    """Bind before serving, so the URL (and a port 0 the OS picked) is known up front."""
+def bind_address(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """Bind before serving, so the URL (and a port 0 the OS picked) is known up front. `reuse_port`:
+    one of several sockets on the same port, among which the kernel spreads new connections."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError:

@@ -30,6 +30,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -41,6 +42,11 @@ from astrid.host.errors import ServingError
 from astrid.host.mcp.http import SharedSocket, bind_address
 from astrid.host.serving.workers import die_with_parent
 from astrid.host.tuning import CLI_TUNING
+
+# Linux spreads the connections to one port over the sockets bound to it with SO_REUSEPORT by a hash
+# of each connection: even shares. Elsewhere (or without it) the front ends share one socket, and an
+# idle one takes the next connection first: shares follow the scheduler (22/10 of 32 seen here).
+SPREAD_BY_KERNEL = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
 @dataclass
@@ -84,11 +90,19 @@ class FrontEnds:
 
     def __init__(self, count: int, host: str, port: int) -> None:
         self.count = count
+        self.sockets: list[socket.socket] = []
         try:
-            self.socket = bind_address(host, port)
+            if SPREAD_BY_KERNEL:  # one socket each on the same port: the kernel spreads connections evenly
+                self.sockets.append(bind_address(host, port, reuse_port=True))
+                port = int(self.sockets[0].getsockname()[1])  # the one port 0 picked, for all
+                self.sockets += [bind_address(host, port, reuse_port=True) for _ in range(count - 1)]
+            else:  # one socket for all: whichever is first takes a connection
+                self.sockets = [bind_address(host, port)] * count
         except OSError as exc:
+            for sock in self.sockets:
+                sock.close()
             raise ServingError(f"cannot listen there ({exc.strerror or exc})") from None
-        self.port = int(self.socket.getsockname()[1])
+        self.port = int(self.sockets[0].getsockname()[1])
         self.folder = Path(tempfile.mkdtemp(prefix="astrid-front-ends-"))  # 0700: the unix sockets
         self.pids: list[int] = []
         self._stopping = False
@@ -108,12 +122,15 @@ class FrontEnds:
                 # front end 1 reads who is ready, the others write it: each closes the end it does not use,
                 # so front end 1 sees the end of the pipe when all the others are gone
                 os.close(ready_write if number == 1 else ready_read)
-                shared = SharedSocket(self.socket, number, self.count, self.folder)
+                for other in {id(s): s for s in self.sockets if s is not self.sockets[number - 1]}.values():
+                    other.close()  # another front end's: this one must not hold it (nor accept on it)
+                shared = SharedSocket(self.sockets[number - 1], number, self.count, self.folder)
                 return FrontEnd(shared, ready_read, ready_write)
             self.pids.append(pid)
         os.close(ready_read)
         os.close(ready_write)
-        self.socket.close()  # the children accept on it; the parent never does
+        for sock in self.sockets:
+            sock.close()  # the children accept on them; the parent never does
         return None
 
     def supervise(self) -> tuple[int, bool]:
