@@ -10,7 +10,10 @@ bump is one more whichever process ran it.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -172,3 +175,17 @@ async def _ping(url: str, token: str, session_id: str, answers: Answers) -> int:
     async with httpx2.AsyncClient(headers=headers, timeout=30, event_hooks={"response": [answers]}) as http:
         answer = await http.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "ping"})
         return answer.status_code
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_front_end_that_dies_stops_the_others_and_serve_says_which(counter, user, capsule_home, tmp_path) -> None:
+    extra = ("--workers", "2", "--no-watch", "--no-auth")
+    with http_server(counter, capsule_home=capsule_home, token_dir=tmp_path, extra=extra, env=user) as served:
+        first, second = (int(p) for p in BANNER.search(served.log()).groups())  # type: ignore[union-attr]
+        os.kill(second, signal.SIGKILL)
+        served.process.wait(30)
+        assert served.process.returncode == 1, served.log()
+        assert served.log().strip().splitlines()[-1] == (
+            "error: --workers: front end 2 exited (status -9): stopped the others, see its lines above"
+        )
+    assert all_gone([first, second]) == []
