@@ -162,6 +162,7 @@ class HttpListener:
                 socket_of=shared.socket_of,
                 path=MCP_PATH,
                 max_body=settings.max_body_bytes,
+                tls=bool(settings.tls_cert),
             )
 
     def _app(self) -> Starlette:

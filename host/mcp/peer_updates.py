@@ -20,6 +20,7 @@ import http.client
 import json
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -40,8 +41,11 @@ WAIT_S = 1.0  # how often the relay thread looks whether its stream was closed
 class PeerUpdates:
     """The runtime as the MCP server's backend, its `updates()` shared with the other front ends."""
 
-    def __init__(self, backend: Any, *, own: int, count: int, socket_of: Callable[[int], Path]) -> None:
+    def __init__(
+        self, backend: Any, *, own: int, count: int, socket_of: Callable[[int], Path], tls: bool = False
+    ) -> None:
         self.backend = backend
+        self.tls = tls  # uvicorn speaks TLS on the unix sockets too under --tls-cert
         self.own_socket = socket_of(own)
         self.peers = [socket_of(number) for number in range(1, count + 1) if number != own]
         self._streams: list[EventStream[tuple[str, str]]] = []
@@ -85,7 +89,7 @@ class PeerUpdates:
     def _tell_peers(self, batch: list[tuple[str, str]]) -> None:
         body = json.dumps(batch).encode()
         for path in self.peers:
-            connection = _UnixConnection(path)
+            connection = _UnixTlsConnection(path) if self.tls else _UnixConnection(path)
             try:
                 connection.request("POST", PEER_UPDATES_PATH, body, {"Content-Type": "application/json"})
                 connection.getresponse().read()
@@ -104,6 +108,23 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(self.timeout)
         self.sock.connect(str(self.path))
+
+
+class _UnixTlsConnection(http.client.HTTPSConnection):
+    """TLS over the unix socket, unverified: a socket in a folder only this user can open has no name to check."""
+
+    def __init__(self, path: Path) -> None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        super().__init__("localhost", timeout=TELL_TIMEOUT_S, context=context)
+        self.path = path
+
+    def connect(self) -> None:
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.settimeout(self.timeout)
+        raw.connect(str(self.path))
+        self.sock = self._context.wrap_socket(raw, server_hostname="localhost")  # type: ignore[attr-defined]
 
 
 class PeerEndpoint:

@@ -68,7 +68,15 @@ class OwnerRouter:
     """ASGI: a request for another process's session goes to that process; everything else to `app`."""
 
     def __init__(
-        self, app: ASGIApp, *, own: int, count: int, socket_of: Callable[[int], Path], path: str, max_body: int
+        self,
+        app: ASGIApp,
+        *,
+        own: int,
+        count: int,
+        socket_of: Callable[[int], Path],
+        path: str,
+        max_body: int,
+        tls: bool = False,
     ) -> None:
         self.app = app
         self.own = own
@@ -76,9 +84,12 @@ class OwnerRouter:
         self.count = count
         self.path = path
         self.max_body = max_body
+        # with --tls-cert uvicorn speaks TLS on every socket, the unix ones too: the hop does as well, unverified
+        # (a unix socket in a folder only this user can open has no name to check)
+        self.origin = "https://owner" if tls else "http://owner"
         self._clients = {
             number: httpx2.AsyncClient(
-                transport=httpx2.AsyncHTTPTransport(uds=str(socket_of(number))),
+                transport=httpx2.AsyncHTTPTransport(uds=str(socket_of(number)), verify=False),
                 limits=httpx2.Limits(max_connections=FORWARD_CONNECTIONS),
                 timeout=httpx2.Timeout(None),  # the owner's deadlines apply; a GET stream lasts
             )
@@ -91,11 +102,12 @@ class OwnerRouter:
             session_id = _header(scope, SESSION_HEADER)
             owner = owner_of(session_id) if session_id else None
             if owner is not None and owner in self._clients:
-                await self._forward(self._clients[owner], scope, receive, send)
+                await self._forward(owner, scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
-    async def _forward(self, client: httpx2.AsyncClient, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _forward(self, owner: int, scope: Scope, receive: Receive, send: Send) -> None:
+        client = self._clients[owner]
         body = await self._body(receive)
         if body is None:
             await _plain(send, 413, b"request body too large")
@@ -103,11 +115,14 @@ class OwnerRouter:
         query = scope.get("query_string", b"")
         target = scope["path"] + (("?" + query.decode("latin-1")) if query else "")
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP and k != b"content-length"]
-        request = client.build_request(scope["method"], "http://owner" + target, headers=headers, content=body)
+        request = client.build_request(scope["method"], self.origin + target, headers=headers, content=body)
         try:
             response = await client.send(request, stream=True)
-        except httpx2.HTTPError:
+        except httpx2.HTTPError as exc:
             # the owner is gone (stopping, or dead): its sessions are too, as the spec's 404 says
+            log.warning(
+                "a request of session %s not forwarded to its front end: %s", _header(scope, SESSION_HEADER), exc
+            )
             await _plain(send, 404, b"session not found")
             return
         try:

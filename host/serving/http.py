@@ -103,7 +103,9 @@ class HttpServing:
         backend = (
             self.runtime
             if shared is None
-            else PeerUpdates(self.runtime, own=shared.number, count=shared.count, socket_of=shared.socket_of)
+            else PeerUpdates(
+                self.runtime, own=shared.number, count=shared.count, socket_of=shared.socket_of, tls=bool(http.tls)
+            )
         )
         self.server = AstridMcpServer(
             backend,

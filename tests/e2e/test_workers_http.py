@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import sys
 import warnings
 from collections import Counter
@@ -34,6 +35,7 @@ from tests.support.capsules import build_clean
 from tests.support.http import http_server, text_of
 from tests.support.jsonrpc import initialize_request
 from tests.support.processes import all_gone
+from tests.support.tls import self_signed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -67,10 +69,11 @@ class Answers:
             self.forwarded[response.headers["astrid-forwarded-by"]] += 1
 
 
-async def stateless_bump(url: str, token: str, answers: Answers) -> int:
+async def stateless_bump(url: str, token: str, answers: Answers, verify: ssl.SSLContext | bool = True) -> int:
     """One 2026-07-28 client on a connection of its own: the count after its bump."""
     hooks: dict[str, list[Callable[..., Any]]] = {"response": [answers]}
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30, event_hooks=hooks) as http:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30, event_hooks=hooks, verify=verify) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
             return int(text_of(await client.read_resource(BUMP)))
 
@@ -189,3 +192,58 @@ def test_a_front_end_that_dies_stops_the_others_and_serve_says_which(counter, us
             "error: --workers: front end 2 exited (status -9): stopped the others, see its lines above"
         )
     assert all_gone([first, second]) == []
+
+
+async def test_a_session_is_forwarded_to_its_owner_over_tls_too(counter, user, capsule_home, tmp_path) -> None:
+    """With --tls-cert every socket speaks TLS, the front ends' unix sockets too: the hop does as well."""
+    cert, key = self_signed(tmp_path)
+    extra = ("--workers", "2", "--no-watch", "--tls-cert", cert, "--tls-key", key)
+    with http_server(counter, capsule_home=capsule_home, token_dir=tmp_path, extra=extra, env=user) as served:
+        token = served.add_token("alice")
+        verify = ssl.create_default_context(cafile=cert)
+        headers = {"Authorization": f"Bearer {token}", **HEADERS}
+        async with httpx2.AsyncClient(headers=headers, verify=verify, timeout=30) as http:
+            made = await http.post(served.url, json=initialize_request("tls"))
+            assert made.status_code == 200, made.text
+        session = {"Mcp-Session-Id": made.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        forwarded = 0
+        with anyio.fail_after(60):
+            for _ in range(40):  # fresh connections until some landed on the other process
+                async with httpx2.AsyncClient(headers={**headers, **session}, verify=verify, timeout=30) as http:
+                    answer = await http.post(served.url, json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
+                assert answer.status_code == 200, answer.text
+                forwarded += "astrid-forwarded-by" in answer.headers
+                if forwarded >= 2:
+                    break
+        assert forwarded >= 2
+
+        # and a resource update passes between them over TLS: a bump run by the process that does not
+        # hold the subscribing session reaches it
+        updates: list[str] = []
+
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                updates.append(str(message.params.uri))
+
+        answers = Answers()
+        hooks: dict[str, list[Callable[..., Any]]] = {"response": [answers]}
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, verify=verify, event_hooks=hooks) as http,
+            streamable_http_client(served.url, http_client=http) as (read, write),
+            ClientSession(read, write, message_handler=on_message) as subscriber,
+        ):
+            with anyio.fail_after(120):
+                await subscriber.initialize()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # resources/subscribe: deprecated in 2026-07-28
+                    await subscriber.subscribe_resource(HITS)
+                (holder,) = {k for k in answers.by if k != "none"}
+                while True:
+                    await anyio.sleep(1.0)  # past the coalescing window of the updates before
+                    updates.clear()
+                    elsewhere = Answers()
+                    await stateless_bump(served.url, token, elsewhere, verify)
+                    if holder not in elsewhere.by:
+                        break
+                while HITS not in updates:
+                    await anyio.sleep(0.05)
