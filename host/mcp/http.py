@@ -81,8 +81,9 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class SharedSocket:
-    """One of `count` front-end processes accepting on `socket`; process `number` also listens on
-    `socket_of(number)`, where the others forward the requests of its sessions (`session_owner.py`)."""
+    """Front end `number` of `count` accepting on one address: `socket` was bound before the fork (its
+    own SO_REUSEPORT socket, or one shared by all); it also listens on `socket_of(number)`, where the
+    others forward its sessions' requests (`session_owner.py`) and pass resource updates (`peer_updates.py`)."""
 
     socket: socket.socket
     number: int

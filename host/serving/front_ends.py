@@ -1,19 +1,21 @@
-"""`astrid mcp serve --http --workers N`: N full front-end processes accepting on one socket (docs/nats.md).
+"""`astrid mcp serve --http --workers N`: N full front-end processes accepting on one address (docs/nats.md).
 
-    front_ends = FrontEnds(count, host, port)   # binds the address once (OSError if it cannot)
+    front_ends = FrontEnds(count, host, port)   # binds the address (ServingError if it cannot)
     place = front_ends.fork()                   # in each child: its FrontEnd; here: None
     if place is None:
-        status = front_ends.supervise()         # until every child ended; Ctrl-C / SIGTERM stop them all
+        status, interrupted = front_ends.supervise()  # until every child ended; Ctrl-C / SIGTERM stop them all
 
 Each child is the whole single-process server (MCP front end, broker, kernel,
-its own sandboxes of every capsule) on the inherited listening socket: the
-kernel hands each new connection to whichever child accepts first, so an
-idle one takes the next. Nothing between them is on the request path except
-a 2025-11-25 session's requests that land on another child than the one
-holding the session: forwarded over its unix socket (mcp/session_owner.py).
-What must agree is on disk and read by each the same way: the capsule home,
-trust store and signatures, grants, the token file, kv state (one SQLite
-file, atomic across processes).
+its own sandboxes of every capsule) on a listening socket bound here before
+the fork: on Linux one `SO_REUSEPORT` socket per child on the same port (the
+kernel spreads new connections over them by a hash of each), elsewhere one
+socket they all accept on. Nothing between them is on the request path
+except a 2025-11-25 session's requests that land on another child than the
+one holding the session: forwarded over its unix socket
+(mcp/session_owner.py); and the resource updates each broker checked, passed
+to the others (mcp/peer_updates.py). What must agree is on disk and read by
+each the same way: the capsule home, trust store and signatures, grants, the
+token file, kv state (one SQLite file, atomic across processes).
 
 The parent serves nothing: it binds, forks before any thread or runtime
 exists (a fork copies one thread and no wasmtime engine), then waits. Each
@@ -86,7 +88,7 @@ class FrontEnd:
 
 
 class FrontEnds:
-    """The parent: one bound socket, `count` forked front ends on it, and their supervision."""
+    """The parent: the bound address, `count` forked front ends on it, and their supervision."""
 
     def __init__(self, count: int, host: str, port: int) -> None:
         self.count = count
