@@ -98,6 +98,7 @@ async def load(url: str, clients: int, seconds: float, uri: str = URI) -> dict[s
     ordered = sorted(latencies)
     return {
         "clients": clients,
+        "elapsed_s": elapsed,
         "requests": len(ordered),
         "errors": len(errors),
         "throughput_rps": len(ordered) / elapsed,

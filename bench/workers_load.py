@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 from mcp import Client
 
 from bench.http_load import load, started
@@ -74,11 +75,19 @@ def compare(folder: Path, uri: str, seconds: float, rounds: int) -> dict[str, An
         urls = {w: stack.enter_context(started(serve_command(folder, w), "ready in")) for w in WORKERS}
         for workers in WORKERS:  # warm: every front end's sandboxes made, its caches filled
             anyio.run(load, urls[workers], CLIENTS, 1.0, uri)
+        servers = {w: _server_of(w) for w in WORKERS}
         for round_number in range(rounds):
             order = WORKERS if round_number % 2 == 0 else WORKERS[::-1]  # neither always goes first
             for workers in order:
                 print(f"workers load: {uri}, --workers {workers}, round {round_number + 1}", file=sys.stderr)
-                runs[workers].append(anyio.run(load, urls[workers], CLIENTS, seconds, uri))
+                client, server, began = _cpu(psutil.Process()), _cpu(servers[workers]), time.perf_counter()
+                run = anyio.run(load, urls[workers], CLIENTS, seconds, uri)
+                # the cores each side used over the run (sessions opened and warmed included): is the
+                # load generator the limit?
+                wall = time.perf_counter() - began
+                run["client_cores"] = (_cpu(psutil.Process()) - client) / wall
+                run["server_cores"] = (_cpu(servers[workers]) - server) / wall
+                runs[workers].append(run)
     ratios = [two["throughput_rps"] / one["throughput_rps"] for one, two in zip(runs[1], runs[2], strict=True)]
     return {
         "uri": uri,
@@ -88,6 +97,27 @@ def compare(folder: Path, uri: str, seconds: float, rounds: int) -> dict[str, An
         "ratio_median": statistics.median(ratios),
         "rps_median": {str(w): statistics.median(r["throughput_rps"] for r in runs[w]) for w in WORKERS},
     }
+
+
+def _server_of(workers: int) -> psutil.Process:
+    """The `astrid mcp serve ... --workers N` this process started."""
+    for child in psutil.Process().children():
+        command = child.cmdline()
+        if "serve" in command and command[-1 - command[::-1].index("--workers") + 1] == str(workers):
+            return child
+    raise RuntimeError(f"no astrid serve --workers {workers} among this process's children")
+
+
+def _cpu(process: psutil.Process) -> float:
+    """CPU seconds of `process` and its children so far."""
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def main() -> None:
