@@ -30,7 +30,6 @@ HTTP_SECONDS = float(os.environ.get("BENCH_HTTP_SECONDS", "5"))
 # the edit loop's rounds: dev mode, full build (each build runs componentize-py: ~20-30 s)
 # BENCH_COMPARE_ONLY=1: only the rows against the two baselines (stdio and HTTP), not the in-process tools
 COMPARE_ONLY = os.environ.get("BENCH_COMPARE_ONLY") == "1"
-HTTP_OPTIONS = ("--no-workers",) if COMPARE_ONLY else ()
 # the stdio rows' rounds run in this many blocks, the systems taking turns
 PASSES = int(os.environ.get("BENCH_PASSES", "4"))
 # astrid, and the two servers it is compared with: the plain `mcp` low-level server, and FastMCP
@@ -70,6 +69,16 @@ def prepare_capsules(root: Path, count: int) -> Path:
         )
         manifest += f'\n[resources]\nfamilies = ["astrid://bench/{index:02d}-", "astrid://bench-fresh/{index:02d}-"]\n'
         (target / "Capsule.toml").write_text(manifest)
+    return folder
+
+
+def prepare_burn(root: Path) -> Path:
+    """A folder holding the burn capsule (~2 ms of guest CPU per read), built."""
+    folder = root / "burn"
+    folder.mkdir()
+    target = folder / "burn"
+    shutil.copytree(HERE / "burn_capsule", target, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    subprocess.run([astrid_exe(), "capsule", "build", str(target)], check=True)
     return folder
 
 
@@ -113,11 +122,15 @@ def run() -> dict:
             )
             if count == min(COUNTS):
                 log(f"K={count}: HTTP concurrency, the three servers ...")
-                http = tool("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS), *HTTP_OPTIONS)
+                http = tool("-m", "bench.http_load", str(folder), str(count), str(HTTP_SECONDS))
                 results["http"] = json.loads(http.strip().splitlines()[-1])
                 results["http"]["capsules"] = count
-            if COMPARE_ONLY:
-                continue
+                if COMPARE_ONLY:
+                    continue
+                log(f"K={count}: HTTP, --workers 2 against one process (the bench and the burn capsule) ...")
+                burn = prepare_burn(root)
+                workers = tool("-m", "bench.workers_load", str(folder), str(burn), str(HTTP_SECONDS))
+                results["workers"] = json.loads(workers.strip().splitlines()[-1])
                 log(f"K={count}: over NATS on loopback, against the in-memory bus ...")
                 nats = tool("-m", "bench.nats", str(folder), str(ROUNDS))
                 results["nats"] = json.loads(nats.strip().splitlines()[-1])
@@ -222,15 +235,16 @@ def comparison_table(results: dict) -> str:
 def table(results: dict) -> str:
     """The rows astrid has no FastMCP counterpart for (the baseline column: the low-level server or as named)."""
     rows = ["| metric | K | astrid median (p99) | baseline median (p99) | ratio |", "|---|---|---|---|---|"]
-    if "http" in results and "workers" in results["http"]:
-        hosts = results["http"]["workers"]
-        for workers in ("1", "2"):  # JSON keys
-            a, b = hosts[workers]["astrid"], hosts[workers]["baseline"]
+    if "workers" in results:  # `--workers 2` vs one process, each round interleaved
+        for name, label in (("bench", "1 KiB text"), ("burn", "~2 ms guest CPU")):
+            w = results["workers"][name]
+            one, two = w["rps_median"]["1"], w["rps_median"]["2"]
             rows.append(
-                f"| HTTP reads, {hosts['clients']} clients, `--workers {workers}` (capsule hosts over NATS): "
-                f"req/s (p50 / p99 ms) | {results['http']['capsules']} | "
-                f"{a['throughput_rps']:.0f} ({a['p50_ms']:.1f} / {a['p99_ms']:.1f}) | "
-                f"{b['throughput_rps']:.0f} ({b['p50_ms']:.1f} / {b['p99_ms']:.1f}) | {a['throughput_ratio']:.2f}x |"
+                f"| HTTP reads, {w['clients']} clients, `--workers 2` vs 1 ({label}, "
+                f"read {w['in_process_read']['cpu_ms']:.2f} ms CPU in process): req/s, median of {len(w['ratios'])} "
+                "rounds | 1 | "
+                f"{two:.0f} | {one:.0f} | "
+                f"{w['ratio_median']:.2f}x |"
             )
     if "nats" in results:
         nats = results["nats"]
@@ -329,6 +343,8 @@ TARGETS: list[tuple[str, Callable[[dict], float], float, bool]] = [
     ("startup, warm cache <= 1.2x low-level", at_k1("ratios", "startup_warm_cache"), 1.2, True),
     ("full fan-out, static capsules, K=20 <= 3x K=1", static_fanout_ratio, 3.0, True),
     ("HTTP throughput, 32 clients >= 0.7x low-level", lambda r: r["http"]["throughput_ratio"]["32"], 0.7, False),
+    ("--workers 2 >= 1.3x one process (bench capsule)", lambda r: r["workers"]["bench"]["ratio_median"], 1.3, False),
+    ("--workers 2 >= 1.6x one process (~2 ms capsule)", lambda r: r["workers"]["burn"]["ratio_median"], 1.6, False),
 ]
 
 

@@ -1,6 +1,6 @@
 """Concurrency over HTTP: throughput and latency with 1, 8 and 32 concurrent clients.
 
-Run: python -m bench.http_load CAPSULE_DIR K [SECONDS] [--no-workers] -> one JSON object.
+Run: python -m bench.http_load CAPSULE_DIR K [SECONDS] -> one JSON object.
 Starts `astrid mcp serve --http` (no auth, loopback, one principal) on the
 K bench capsules in CAPSULE_DIR, and the two baselines over HTTP on the same
 K (the low-level server and FastMCP), then for each client count drives the
@@ -29,8 +29,6 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 CLIENT_COUNTS = (1, 8, 32)
-WORKER_CLIENTS = 32  # the load of the capsule-host comparison (`--workers 1` vs `--workers 2`)
-WORKER_COUNTS = (1, 2)
 URI = "astrid://bench/00-text-0"
 _URL = re.compile(r"(https?://\S+/mcp)")
 
@@ -64,34 +62,36 @@ def started(command: list[str], ready: str):
             process.kill()
 
 
-async def _client(url: str, seconds: float, latencies: list[float], errors: list[str], gate: anyio.Event) -> None:
+async def _client(
+    url: str, seconds: float, latencies: list[float], errors: list[str], gate: anyio.Event, uri: str
+) -> None:
     async with (
         httpx2.AsyncClient(timeout=30) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        await session.read_resource(URI)  # warm: this session's first read is not timed
+        await session.read_resource(uri)  # warm: this session's first read is not timed
         await gate.wait()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             started_at = time.perf_counter()
             try:
-                await session.read_resource(URI)
+                await session.read_resource(uri)
             except Exception as exc:
                 errors.append(type(exc).__name__)
                 continue
             latencies.append(time.perf_counter() - started_at)
 
 
-async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
+async def load(url: str, clients: int, seconds: float, uri: str = URI) -> dict[str, Any]:
     latencies: list[float] = []
     errors: list[str] = []
     gate = anyio.Event()
     started_at = 0.0
     async with anyio.create_task_group() as tasks:
         for _ in range(clients):
-            tasks.start_soon(_client, url, seconds, latencies, errors, gate)
+            tasks.start_soon(_client, url, seconds, latencies, errors, gate, uri)
         await anyio.sleep(0.5 + 0.05 * clients)  # let every session initialize and warm up
         started_at = time.perf_counter()
         gate.set()
@@ -99,6 +99,7 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
     ordered = sorted(latencies)
     return {
         "clients": clients,
+        "elapsed_s": elapsed,
         "requests": len(ordered),
         "errors": len(errors),
         "throughput_rps": len(ordered) / elapsed,
@@ -138,19 +139,6 @@ def main() -> None:
             a = results["astrid"][clients]["throughput_rps"]
             results["throughput_ratio"][clients] = a / results["baseline"][clients]["throughput_rps"]
             results["throughput_ratio_fastmcp"][clients] = a / results["fastmcp"][clients]["throughput_rps"]
-        if "--no-workers" in sys.argv:
-            print(json.dumps(results))
-            return
-        # The same load on 1 and 2 capsule-host processes (replicas over a private NATS), the baseline
-        # (still running) measured again beside each so the ratio is of the same moment.
-        results["workers"] = {"clients": WORKER_CLIENTS}
-        for workers in WORKER_COUNTS:
-            with started([*astrid_cmd, "--workers", str(workers)], "ready in") as url:
-                print(f"http load: astrid --workers {workers}, {WORKER_CLIENTS} clients ...", file=sys.stderr)
-                hosts = anyio.run(load, url, WORKER_CLIENTS, seconds)
-                base = anyio.run(load, baseline_url, WORKER_CLIENTS, seconds)
-            hosts["throughput_ratio"] = hosts["throughput_rps"] / base["throughput_rps"]
-            results["workers"][workers] = {"astrid": hosts, "baseline": base}
     print(json.dumps(results))
 
 

@@ -57,6 +57,7 @@ class HttpOptions:
     bus: BusOptions | None = None  # --bus nats://...: capsules on other hosts too
     access_log: bool = True  # one line per request on stderr (--no-access-log: none)
     client_trace: str = "link"  # a client's traceparent: a link of a new trace (--client-trace)
+    workers: int | None = None  # --workers N: N front-end processes on one socket, each running the capsules
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -171,34 +172,82 @@ def serve_http(
         client_trace=options.client_trace,
         worker_threads=CLI_TUNING.http_worker_threads,
     )
+    front_end = None
+    if options.workers is not None and options.workers > 1:
+        front_end = _front_ends(options.workers, host, port, options.address)  # returns in each child only
+        http.shared = front_end.shared
+        if not front_end.speaks:
+            observing.metrics_at = None  # one metrics listener: front end 1's
+    speaks = front_end is None or front_end.speaks
     with _listening(config, http, observing, options.address) as served:
         show_server_events()
-        _say(f"serving MCP resources at {served.url} (streamable HTTP){mode}")
-        _say(auth_line)
-        _say(_limits_line(served.listener))
-        if options.access_log:
-            _say(
-                "access log: one line per request (time, client, user, method, URI or name, status, ms); "
-                "--no-access-log"
-            )
-        if options.bus is not None and not options.bus.local_capsules:  # --workers
-            _say("capsule paths (the workers'): " + (", ".join(str(p) for p in options.bus.served_paths) or "none"))
-        else:
-            _say("capsule paths: " + (", ".join(str(p) for p in config.capsule_paths) or "none"))
-        if options.resource_tools:
-            _say(RESOURCE_TOOLS_LINE)
-        for line in observing.lines(served.start_telemetry()):
-            _say(line)
-        hint = f"connect a client: `{http_config_command(served.url)}` prints an entry"
-        watching = DEV_WATCHING_LINE if prepare is not None else WATCHING_LINE
-        served.start(watch=watch, on_ready=ready_lines(hint, watching), on_failed=say_not_loaded)
+        started = served.start_telemetry()
+        if speaks:
+            _banner(served, options, config, observing.lines(started), auth_line, mode)
+        on_ready = ready_lines(
+            f"connect a client: `{http_config_command(served.url)}` prints an entry",
+            DEV_WATCHING_LINE if prepare is not None else WATCHING_LINE,
+        )
+        if front_end is not None:
+            on_ready = _after_all_ready(front_end, on_ready)
+        served.start(watch=watch, on_ready=on_ready, on_failed=say_not_loaded)
         serving()
         interrupted = served.run()
-    if interrupted:  # as on stdio: said, and the status of an interrupted command
+    if interrupted and speaks:  # as on stdio: said, and the status of an interrupted command
         if os.isatty(2):  # after the terminal's `^C`
             click.echo("", err=True)
         _say("stopped")
+    if interrupted:
         sys.exit(INTERRUPTED_EXIT)
+
+
+def _banner(served, options: HttpOptions, config, observing_lines: list[str], auth_line: str, mode: str) -> None:
+    _say(f"serving MCP resources at {served.url} (streamable HTTP){mode}")
+    _say(auth_line)
+    _say(_limits_line(served.listener))
+    if options.access_log:
+        _say("access log: one line per request (time, client, user, method, URI or name, status, ms); --no-access-log")
+    _say("capsule paths: " + (", ".join(str(p) for p in config.capsule_paths) or "none"))
+    if options.resource_tools:
+        _say(RESOURCE_TOOLS_LINE)
+    for line in observing_lines:
+        _say(line)
+
+
+def _front_ends(count: int, host: str, port: int, address: str):
+    """`--workers N` over HTTP: bind once, fork N front ends; returns in each child its `FrontEnd`.
+    This process supervises them and exits with them (host/serving/front_ends.py)."""
+    from astrid.host.errors import ServingError
+    from astrid.host.serving.front_ends import FrontEnds
+
+    try:
+        front_ends = FrontEnds(count, host, port)
+    except ServingError as exc:
+        raise UserError(f"--http {address}: {exc}") from None
+    place = front_ends.fork()
+    if place is not None:
+        return place
+    pids = ", ".join(map(str, front_ends.pids))
+    _say(
+        f"--workers {count}: {count} front-end processes (pids {pids}) share port {front_ends.port}, "
+        "each running every capsule; a 2025-11-25 session stays with the process that opened it"
+    )
+    try:
+        status, interrupted = front_ends.supervise()
+    except ServingError as exc:
+        raise UserError(f"--workers: {exc}") from None
+    sys.exit(INTERRUPTED_EXIT if interrupted else status)
+
+
+def _after_all_ready(front_end, say_ready: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Front end 1 says ready once every front end loaded its capsules; the others only tell it."""
+
+    def on_ready(ready: Any) -> None:
+        front_end.ready()
+        if front_end.speaks:
+            say_ready(ready)
+
+    return on_ready
 
 
 def _listening(config, http, observing: Observability, address: str) -> HttpServing:

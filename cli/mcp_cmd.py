@@ -299,8 +299,9 @@ def _say(message: str) -> None:
     "--workers",
     type=WorkersType(),
     default=None,
-    help="Run the capsules in N local processes (auto: one per core) joined by a private nats-server "
-    "this command starts and stops; the MCP front end spreads requests across them (docs/nats.md).",
+    help="Use N local processes (auto: one per core). HTTP: N servers accepting on one address, each running "
+    "the capsules; stdio: the capsules in N processes behind a private nats-server this command starts and "
+    "stops (docs/nats.md).",
 )
 @quiet_start_up
 def mcp_serve(
@@ -347,7 +348,7 @@ def mcp_serve(
             http_limits = (*config.values["http_limits"], *http_limits)  # a flag overrides that one limit
     bus = BusOptions(bus_url, nats_creds)
     if workers is not None and bus.url is not None:
-        raise UserError("--workers starts its own NATS server: give --workers or --bus, not both")
+        raise UserError("--workers runs the capsules on this machine: give --workers or --bus, not both")
     if http_address is None:
         http_only = {
             "--tokens": ("token_file", token_file),
@@ -390,9 +391,8 @@ def mcp_serve(
         access_log=access_log,
         client_trace=trace_mode,
     )
-    with _local_workers(workers, capsule_dirs, bus, watch) as joined:
-        options.bus = joined
-        serve_http(capsule_dirs, principal, watch, options, observing)
+    options.workers = workers  # HTTP: N front ends on one socket, each running the capsules (no NATS)
+    serve_http(capsule_dirs, principal, watch, options, observing)
 
 
 @contextmanager

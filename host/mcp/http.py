@@ -30,6 +30,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -43,7 +44,9 @@ from astrid.host.limits import HttpLimits
 from astrid.host.mcp.access import AccessLog, FailureLog
 from astrid.host.mcp.connections import ConnectionGuard, GuardedServer, connection_cap, guarded_protocol, raise_fd_limit
 from astrid.host.mcp.credential_watch import CredentialWatch
+from astrid.host.mcp.peer_updates import PeerEndpoint, PeerUpdates
 from astrid.host.mcp.sdk_internals import streamable_http_app
+from astrid.host.mcp.session_owner import AnsweredBy, OwnerRouter, id_prefix
 from astrid.host.mcp.sessions import PrincipalSessionManager
 
 if TYPE_CHECKING:
@@ -72,6 +75,23 @@ class HttpSettings:
     # False: uvicorn installs no log handlers of its own, so its lines go through the
     # root logger's (`--log-format json`).
     uvicorn_log_config: bool = True
+    # `--workers N`: this process is one of N sharing a socket bound before they started.
+    shared: SharedSocket | None = None
+
+
+@dataclass(frozen=True)
+class SharedSocket:
+    """Front end `number` of `count` accepting on one address: `socket` was bound before the fork (its
+    own SO_REUSEPORT socket, or one shared by all); it also listens on `socket_of(number)`, where the
+    others forward its sessions' requests (`session_owner.py`) and pass resource updates (`peer_updates.py`)."""
+
+    socket: socket.socket
+    number: int
+    count: int
+    folder: Path  # 0700: the processes' unix sockets
+
+    def socket_of(self, number: int) -> Path:
+        return self.folder / f"{number}.sock"
 
 
 def transport_security(settings: HttpSettings, port: int) -> TransportSecuritySettings:
@@ -96,7 +116,9 @@ class HttpListener:
     def __init__(self, server: AstridMcpServer, settings: HttpSettings) -> None:
         self.server = server
         self.settings = settings
-        self.socket = _bind(settings.host, settings.port)
+        shared = settings.shared
+        self.socket = shared.socket if shared is not None else bind_address(settings.host, settings.port)
+        self.peer_socket = _bind_unix(shared.socket_of(shared.number)) if shared is not None else None
         self.port = int(self.socket.getsockname()[1])
         scheme = "https" if settings.tls_cert else "http"
         shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
@@ -120,6 +142,7 @@ class HttpListener:
             max_sessions=limits.sessions,
             sessions_per_principal=limits.sessions_per_principal,
             watch=self.credentials,
+            id_prefix=id_prefix(shared.number) if shared is not None else "",
         )
         self.app: ASGIApp = self._app()
         if settings.access_log or verifier is not None:  # failed logins are logged with or without the access log
@@ -128,6 +151,19 @@ class HttpListener:
                 access=settings.access_log,
                 principal=server.backend.principal if verifier is None else None,
                 failures=FailureLog() if verifier is not None else None,
+            )
+        if shared is not None:  # outermost: a forwarded request is logged (and authenticated) by its owner
+            inner: ASGIApp = AnsweredBy(self.app, shared.number)
+            if isinstance(server.backend, PeerUpdates):
+                inner = PeerEndpoint(inner, server.backend)
+            self.app = OwnerRouter(
+                inner,
+                own=shared.number,
+                count=shared.count,
+                socket_of=shared.socket_of,
+                path=MCP_PATH,
+                max_body=settings.max_body_bytes,
+                tls=bool(settings.tls_cert),
             )
 
     def _app(self) -> Starlette:
@@ -151,21 +187,39 @@ class HttpListener:
             timeout_keep_alive=max(1, round(self.settings.limits.keep_alive_s)),
             timeout_graceful_shutdown=3,
         )
-        GuardedServer(config, self.guard, on_exit).run(sockets=[self.socket])
+        sockets = [self.socket] if self.peer_socket is None else [self.socket, self.peer_socket]
+        GuardedServer(config, self.guard, on_exit).run(sockets=sockets)
 
     def close(self) -> None:
         self.socket.close()
+        if self.peer_socket is not None and self.settings.shared is not None:
+            self.peer_socket.close()
+            self.settings.shared.socket_of(self.settings.shared.number).unlink(missing_ok=True)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind before serving, so the URL (and a port 0 the OS picked) is known up front."""
+def bind_address(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """Bind before serving, so the URL (and a port 0 the OS picked) is known up front. `reuse_port`:
+    one of several sockets on the same port, among which the kernel spreads new connections."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError:
         sock.close()
         raise
     sock.set_inheritable(True)
+    return sock
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """The socket where the other front-end processes forward this one's sessions (in a 0700 folder)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
     return sock

@@ -130,8 +130,9 @@ class SessionManagerHooks(StreamableHTTPSessionManager):
     SDK's `StreamableHTTPASGIApp` calls for every request (the SDK types that
     attribute as its own body-limit middleware, hence the ignore)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, id_prefix: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.id_prefix = id_prefix  # every session id starts with it (`--workers`: names the owning process)
         inner = self.asgi_app
 
         async def entry(scope: Scope, receive: Receive, send: Send) -> None:
@@ -157,8 +158,20 @@ class SessionManagerHooks(StreamableHTTPSessionManager):
         self.admitting(requestor)
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
+            if self.id_prefix:
+                self._rename(transport, self.id_prefix + transport.mcp_session_id)
             self.admitted(requestor, transport)
         return transport
+
+    def _rename(self, transport: StreamableHTTPServerTransport, session_id: str) -> None:
+        """Give a just-admitted session another id (before its first response names it), where the SDK
+        keeps it: `_server_instances` and `_session_owners` (by id), and the transport's `mcp_session_id`."""
+        old = transport.mcp_session_id
+        assert old is not None
+        transport.mcp_session_id = session_id
+        self._server_instances[session_id] = self._server_instances.pop(old)
+        if old in self._session_owners:
+            self._session_owners[session_id] = self._session_owners.pop(old)
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         self.discarding(session_id)

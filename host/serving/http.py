@@ -17,7 +17,8 @@ from pathlib import Path
 
 from astrid.host.limits import HttpLimits
 from astrid.host.mcp.auth import BearerVerifier
-from astrid.host.mcp.http import HttpListener, HttpSettings
+from astrid.host.mcp.http import HttpListener, HttpSettings, SharedSocket
+from astrid.host.mcp.peer_updates import PeerUpdates
 from astrid.host.mcp.server import AstridMcpServer
 from astrid.host.runtime import Runtime, RuntimeConfig
 from astrid.host.serving.ready import Ready, when_ready
@@ -63,6 +64,7 @@ class HttpServeConfig:
     resource_tools: bool = False  # also offer the resources as two read-only tools
     client_trace: str = "link"  # a client's traceparent: a link of a new trace
     worker_threads: int | None = None  # requests that may wait on the capsules at once (None: anyio's 40)
+    shared: SharedSocket | None = None  # `--workers N`: one of N front ends on a socket bound before (front_ends.py)
 
 
 def verifier_for(auth: Auth) -> BearerVerifier | None:
@@ -93,10 +95,20 @@ class HttpServing:
             limits=http.limits,
             access_log=http.access_log,
             uvicorn_log_config=http.uvicorn_log_config,
+            shared=http.shared,
         )
         self.runtime = Runtime(config)
+        shared = http.shared
+        # --workers: the updates this process's broker checked reach the other front ends' subscribers too
+        backend = (
+            self.runtime
+            if shared is None
+            else PeerUpdates(
+                self.runtime, own=shared.number, count=shared.count, socket_of=shared.socket_of, tls=bool(http.tls)
+            )
+        )
         self.server = AstridMcpServer(
-            self.runtime,
+            backend,
             limits=self.runtime.limits,
             worker_threads=http.worker_threads,
             resource_tools=http.resource_tools,

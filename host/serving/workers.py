@@ -86,7 +86,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent():
+def die_with_parent():
     """A preexec_fn: on Linux the child gets SIGTERM when this process dies, however it dies."""
     if not sys.platform.startswith("linux"):
         return None
@@ -207,7 +207,7 @@ class LocalCluster:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
-                    preexec_fn=_die_with_parent(),  # only prctl runs in the child
+                    preexec_fn=die_with_parent(),  # only prctl runs in the child
                     start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
                 )
                 said, drainer = _last_lines(self.nats)
@@ -245,7 +245,7 @@ class LocalCluster:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # our stdout carries JSON-RPC only
             stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent(),  # only prctl runs in the child
+            preexec_fn=die_with_parent(),  # only prctl runs in the child
             start_new_session=True,  # a terminal's Ctrl-C reaches serve, which stops us in order
         )
         ready = threading.Event()

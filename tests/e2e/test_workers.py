@@ -33,6 +33,7 @@ from tests.support.processes import alive, all_gone, astrid_exe, run_astrid, ser
 from tests.support.stdio import stdio_session
 
 DOCS_URI, PROBE_URI = "astrid://docs/index", "astrid://probe/note"
+FRONT_ENDS = re.compile(r"--workers 2: 2 front-end processes \(pids (\d+), (\d+)\)")
 BANNER = re.compile(r"started nats-server \(pid (\d+)\) on 127\.0\.0\.1:(\d+).*pids ([\d, ]+)\)")
 
 
@@ -78,7 +79,8 @@ async def test_two_workers_serve_a_full_session_and_leave_nothing_behind(capsule
 
 
 def start_serving(capsules, capsule_home: Path, log: Path, http: bool) -> tuple[subprocess.Popen, list[int]]:
-    """`astrid mcp serve --workers 2` (stdio with an open stdin, or HTTP), once both workers host their capsules."""
+    """`astrid mcp serve --workers 2` (stdio with an open stdin, or HTTP), once both workers host their
+    capsules: its children (stdio: the nats-server and the capsule hosts; HTTP: the two front ends)."""
     extra = ("--workers", "2", "--no-watch") + (("--http", "127.0.0.1:0", "--no-auth") if http else ())
     args = serve_args(capsules["probe"], principal="alice", extra=extra)
     with log.open("w") as errors:
@@ -90,9 +92,14 @@ def start_serving(capsules, capsule_home: Path, log: Path, http: bool) -> tuple[
             stderr=errors,
         )
     deadline = time.monotonic() + 120
-    while not ("worker 1: hosting" in log.read_text() and "worker 2: hosting" in log.read_text()):
+    ready = ("ready in",) if http else ("worker 1: hosting", "worker 2: hosting")
+    while not all(mark in log.read_text() for mark in ready):
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.1)
+    if http:
+        found = FRONT_ENDS.search(log.read_text())
+        assert found, log.read_text()
+        return process, [int(found[1]), int(found[2])]
     nats_pid, _, workers = started(log.read_text())
     return process, [nats_pid, *workers]
 
