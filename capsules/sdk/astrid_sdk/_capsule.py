@@ -30,6 +30,7 @@ from astrid_sdk._serving import (
     Server,
 )
 from astrid_sdk._site import call_site, declare, subject
+from astrid_sdk._skills import add_skills, load_index, skill_resources
 from astrid_sdk._uri import flat_key as _flat_key
 
 # Besides Capsule, the names the agreement tests read here (`_capsule.STATIC_ACTION`);
@@ -69,6 +70,7 @@ class Capsule:
         self._registry = Registry()
         self._server = Server(self)
         self._counter = 0
+        self._skills_served = False
 
     @property
     def _static(self) -> dict[str, _Static]:
@@ -251,8 +253,30 @@ class Capsule:
         """
         return self._server.static_replies(host)
 
+    def skills(self, *, prefix: str | None = None, visible=None) -> None:
+        """Serve the Agent Skills of the capsule's `skills/` folder (docs/skills.md), each file a static
+        resource at `prefix + <name>/<path>` (default prefix `skill://<capsule name>/`).
+
+        Optional: `world()` serves them with the defaults when this was not called. `visible(ctx) -> bool`
+        hides every skill from principals it returns False for, as `visible=` of a resource does.
+        """
+        site = call_site()
+        if self._skills_served:
+            raise DefinitionError("skills are served once (call capsule.skills() at most once)", site=site)
+        chosen = prefix if prefix is not None else f"skill://{self.name}/"
+        if not isinstance(chosen, str) or not chosen.startswith("skill://") or not chosen.endswith("/"):
+            raise DefinitionError(f"skills prefix {chosen!r} must start with skill:// and end with /", site=site)
+        if visible is not None and not callable(visible):
+            raise DefinitionError("visible= must be a function of ctx", site=site)
+        self._skills_served = True
+        index, root = load_index()
+        if index is not None:
+            declare(site, "skills", lambda: add_skills(self._registry, skill_resources(index, root, chosen, visible)))
+
     def world(self):
         """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""
+        if not self._skills_served:
+            self.skills()
         try:
             import wit_world
             from wit_world.imports import lifecycle
