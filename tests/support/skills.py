@@ -12,12 +12,17 @@ from typing import Any, Literal
 
 import mcp.types as types
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict
 
 from tests.support.processes import astrid_exe, serve_args, server_env
 
 EXTENSION = "io.modelcontextprotocol/skills"
-_RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+
+class _Raw(BaseModel):
+    """A result as the server sent it (the SDK has no types for the extension's results)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class UriParams(types.RequestParams):
@@ -38,15 +43,15 @@ class ReadDirectory(types.Request[UriParams, Literal["resources/directory/read"]
 
 
 async def list_skills(session: ClientSession) -> dict[str, Any]:
-    return await session.send_request(ListSkills(), _RAW)
+    return (await session.send_request(ListSkills(), _Raw)).model_dump()
 
 
 async def get_skill(session: ClientSession, uri: str) -> dict[str, Any]:
-    return await session.send_request(GetSkill(params=UriParams(uri=uri)), _RAW)
+    return (await session.send_request(GetSkill(params=UriParams(uri=uri)), _Raw)).model_dump()
 
 
 async def read_directory(session: ClientSession, uri: str) -> dict[str, Any]:
-    return await session.send_request(ReadDirectory(params=UriParams(uri=uri)), _RAW)
+    return (await session.send_request(ReadDirectory(params=UriParams(uri=uri)), _Raw)).model_dump()
 
 
 def raw_bytes(contents: types.TextResourceContents | types.BlobResourceContents) -> bytes:
