@@ -15,7 +15,16 @@ from mcp import MCPError
 
 from tests.e2e.builds import TEST_CAPSULES, build
 from tests.support.files import clean_copy
-from tests.support.skills import EXTENSION, get_skill, list_skills, modern_client, read_directory, verified_files
+from tests.support.processes import server_env
+from tests.support.skills import (
+    EXTENSION,
+    get_skill,
+    list_skills,
+    modern_client,
+    read_directory,
+    verified_files,
+    with_claims,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -159,3 +168,29 @@ async def test_skill_files_are_plain_resources_on_2025_11_25(skilled, capsule_ho
     assert skill_md.mime_type == "text/markdown" and skill_md.name == "release-notes"
     assert json.dumps(skill_md.meta["dev.astrid/skill"]["frontmatter"]).startswith('{"name": "release-notes"')
     assert read.contents[0].text.startswith("---\nname: release-notes\n")
+
+
+# -- signed: pack, sign, trust, install, serve ----------------------------------------------------------------
+
+
+async def test_a_signed_capsules_skill_is_served_and_verifies_after_install(skilled, tmp_path):
+    from tests.e2e.test_publishing import Operator, publish
+
+    home = tmp_path / "home"
+    home.mkdir()
+    operator = Operator(tmp_path / "config", home)
+    folder = with_claims(skilled, tmp_path / "src" / "skilled", "astrid://skilled/", "skill://skilled/")
+    artifact, public = publish(operator, folder, "acme", tmp_path / "skilled-0.1.0.capsule")
+    operator("trust", "add", public, "--publisher", "acme")
+    installed = operator("capsule", "install", artifact, "--yes")
+    assert "skill://skilled/" in installed.stderr
+    env = server_env(home, ASTRID_CONFIG_DIR=str(operator.config))
+    async with modern_client(principal="alice", capsule_home=home, stderr=tmp_path / "serve.log", env=env) as client:
+        with anyio.fail_after(120):
+            entries = by_uri(await list_skills(client.session))
+            reads = await verified_files(client.session, entries[NOTES])
+    assert set(entries) == {NOTES, RUNBOOK}
+    assert len(reads) == len([p for p in SKILL_FOLDER.rglob("*") if p.is_file()])
+    listed = json.loads(operator("resources", "list", "--json", "--principal", "alice").stdout)
+    owner = next(r["capsule"] for r in listed if r["uri"] == NOTES)
+    assert owner["publisher"] == "acme" and owner["signed"] and "skill://skilled/" in owner["namespaces"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import re
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -87,3 +90,19 @@ async def modern_client(
         async with Client(stdio_client(params, errlog=errlog), mode="2026-07-28") as client:
             assert client.protocol_version == "2026-07-28"
             yield client
+
+
+def with_claims(built: Path, target: Path, *namespaces: str, name: str | None = None) -> Path:
+    """A copy of the built capsule folder `built` whose Capsule.toml claims `namespaces` (and maybe another
+    name); the component is the same bytes."""
+    shutil.copytree(built, target)
+    manifest = target / "Capsule.toml"
+    text = manifest.read_text(encoding="utf-8")
+    head, version, rest = text.partition("\nversion = ")
+    line, _, rest = rest.partition("\n")
+    claims = "namespaces = [" + ", ".join(json.dumps(n) for n in namespaces) + "]"
+    text = f"{head}{version}{line}\n{claims}\n{rest}"
+    if name is not None:
+        text = re.sub(r'(?m)^name = "[^"]*"', f'name = "{name}"', text, count=1)
+    manifest.write_text(text, encoding="utf-8")
+    return target
