@@ -194,3 +194,18 @@ async def test_a_signed_capsules_skill_is_served_and_verifies_after_install(skil
     listed = json.loads(operator("resources", "list", "--json", "--principal", "alice").stdout)
     owner = next(r["capsule"] for r in listed if r["uri"] == NOTES)
     assert owner["publisher"] == "acme" and owner["signed"] and "skill://skilled/" in owner["namespaces"]
+
+
+async def test_the_bundled_docs_capsule_ships_a_skill_on_using_astrid_resources(built_docs, capsule_home, stderr_file):
+    folder = built_docs.folder
+    async with modern_client(folder, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as client:
+        with anyio.fail_after(60):
+            entries = by_uri(await list_skills(client.session))
+            entry = entries["skill://docs/astrid-resources/SKILL.md"]
+            reads = await verified_files(client.session, entry)
+    assert entry["frontmatter"]["name"] == "astrid-resources"
+    assert "resources" in entry["frontmatter"]["description"]
+    assert sorted(reads) == [
+        "skill://docs/astrid-resources/SKILL.md",
+        "skill://docs/astrid-resources/checklist.md",
+    ]
