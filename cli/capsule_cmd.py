@@ -113,17 +113,23 @@ def _look_deeper(path: Path, command: str) -> str:
     show_default=True,
     help="The capsule's language: Python (app.py), TypeScript (app.ts) or JavaScript (app.js).",
 )
-def capsule_new(name: str, parent: Path | None, lang: str) -> None:
+@click.option(
+    "--with-skill",
+    is_flag=True,
+    help="Also scaffold an Agent Skill, skills/using-NAME/SKILL.md, served to MCP clients (Python; docs/skills.md).",
+)
+def capsule_new(name: str, parent: Path | None, lang: str, with_skill: bool) -> None:
     """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py;
     with --lang ts or js: Capsule.toml, app.ts or app.js, package.json)."""
-    from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
+    from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule, skill_name_for
 
     try:
-        folder = scaffold_capsule(name, parent, lang)
+        folder = scaffold_capsule(name, parent, lang, with_skill=with_skill)
     except ScaffoldError as exc:
         raise UserError(str(exc)) from None
     if lang == "python":
-        click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
+        skill = f", skills/{skill_name_for(name)}/SKILL.md" if with_skill else ""
+        click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py{skill})")
         click.echo(f"next: astrid capsule dev {folder} (serves it as you edit), or astrid capsule build {folder}")
     else:
         click.echo(f"created {folder}/ (Capsule.toml, app.{lang}, package.json, tests/test_app.py)")

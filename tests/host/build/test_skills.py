@@ -132,3 +132,19 @@ def test_capsule_build_says_it_in_one_line_before_building(tmp_path):
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "my-skill/SKILL.md" in errors[0] and "single hyphens" in errors[0]
     assert not (folder / "tiny.wasm").exists()
+
+
+def test_capsule_new_with_skill_scaffolds_a_skill_the_build_accepts(tmp_path):
+    from astrid.host.capsule.manifest import load_manifest
+    from tests.support.processes import run_astrid
+
+    done = run_astrid("capsule", "new", "my_notes", "--with-skill", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "skills/using-my-notes/SKILL.md" in done.stdout
+    folder = tmp_path / "my_notes"
+    [found] = read_skills(folder)
+    assert found.name == "using-my-notes" and "astrid://my_notes/" in found.frontmatter["description"]
+    assert load_manifest(folder).resources.families == ["astrid://my_notes/", "skill://my_notes/"]
+    refused = run_astrid("capsule", "new", "tsy", "--with-skill", "--lang", "ts", cwd=tmp_path)
+    assert refused.returncode == 1 and "only Python capsules serve skills" in refused.stderr
+    assert not (tmp_path / "tsy").exists()
