@@ -75,9 +75,9 @@ def scaffold_capsule(name: str, parent: Path | None = None, lang: str = "python"
         if with_skill:
             skill = skill_name_for(name)
             text = (TEMPLATES_DIR / SKILL_TEMPLATE).read_text(encoding="utf-8")
-            target = folder / "skills" / skill / "SKILL.md"
-            target.parent.mkdir(parents=True)
-            target.write_text(text.replace("{{name}}", name).replace("{{skill}}", skill), encoding="utf-8")
+            skill_md = folder / "skills" / skill / "SKILL.md"
+            skill_md.parent.mkdir(parents=True)
+            skill_md.write_text(text.replace("{{name}}", name).replace("{{skill}}", skill), encoding="utf-8")
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise ScaffoldError(f"cannot write {folder}: {exc.strerror or exc}") from None
