@@ -374,6 +374,19 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
     return lines
 
 
+def _skill_lines(folder: Path) -> list[str]:
+    """`  skills: <SKILL.md URIs>` of a built SDK capsule (docs/skills.md), asked of it in the sandbox as the
+    build asks it; nothing for a capsule without skills or without the SDK."""
+    from astrid.host.build.code_check import read_built
+    from astrid.host.build.skills import SKILL_FILE
+
+    reading = read_built(folder)
+    if reading.facts is None:
+        return []
+    uris = sorted(uri for uri in reading.facts.resources if uri.endswith("/" + SKILL_FILE))
+    return [f"  skills: {', '.join(uris)}"] if uris else []
+
+
 @capsule.command("list")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -445,6 +458,8 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             click.echo(f"  publisher: {provenance.label()}")
             click.echo(f"  digest: sha256:{loaded.wasm_sha256[:16]}")
             click.echo(f"  namespaces: {', '.join(provenance.namespaces) or 'none'}")
+            for line in _skill_lines(folder):
+                click.echo(line)
             if verbose:
                 origin = "compile cache" if loaded.from_cache else "compiled now"
                 click.echo(f"  load: {loaded.load_seconds * 1000:.1f} ms ({origin})")

@@ -94,6 +94,11 @@ def _frontmatter(definition: ResourceDefinition) -> dict[str, Any] | None:
     return frontmatter
 
 
+def skill_uris(definitions: list[ResourceDefinition]) -> list[str]:
+    """The `SKILL.md` URIs of the skills among `definitions`, sorted (the serve banner names them)."""
+    return sorted(d.uri for d in definitions if _frontmatter(d) is not None)
+
+
 def skills_in(definitions: list[ResourceDefinition], owner_of: Callable[[str], str | None]) -> list[SkillEntry]:
     """The skill entries among `definitions` (one principal's resources), sorted by URI."""
     entries = []

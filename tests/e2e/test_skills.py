@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,7 @@ from mcp import MCPError
 
 from tests.e2e.builds import TEST_CAPSULES, build
 from tests.support.files import clean_copy
-from tests.support.processes import server_env
+from tests.support.processes import astrid_exe, server_env
 from tests.support.skills import (
     EXTENSION,
     get_skill,
@@ -209,3 +210,26 @@ async def test_the_bundled_docs_capsule_ships_a_skill_on_using_astrid_resources(
         "skill://docs/astrid-resources/SKILL.md",
         "skill://docs/astrid-resources/checklist.md",
     ]
+
+
+# -- visible: capsule list, the serve banner, resources list ----------------------------------------------------
+
+
+async def test_capsule_list_the_banner_and_resources_list_name_the_skills(skilled, capsule_home, stderr_file):
+    def astrid(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [astrid_exe(), *args], capture_output=True, text=True, timeout=300, env=server_env(capsule_home)
+        )
+
+    shown = astrid("capsule", "list", str(skilled))
+    assert shown.returncode == 0, shown.stderr
+    assert f"  skills: {RUNBOOK}, {NOTES}" in shown.stdout
+    listed = astrid("resources", "list", "--principal", "alice", "--capsules", str(skilled))
+    assert listed.returncode == 0, listed.stderr
+    assert NOTES in listed.stdout and "skill://skilled/release-notes/template.md" in listed.stdout
+    async with modern_client(skilled, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as client:
+        with anyio.fail_after(60):
+            await list_skills(client.session)
+            while "  skills: " not in stderr_file.read_text():
+                await anyio.sleep(0.05)
+    assert f"astrid:   skills: {RUNBOOK}, {NOTES}" in stderr_file.read_text()
