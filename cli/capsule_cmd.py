@@ -377,13 +377,9 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
 def _skill_lines(folder: Path) -> list[str]:
     """`  skills: <SKILL.md URIs>` of a built SDK capsule (docs/skills.md), asked of it in the sandbox as the
     build asks it; nothing for a capsule without skills or without the SDK."""
-    from astrid.host.build.code_check import read_built
-    from astrid.host.build.skills import SKILL_FILE
+    from astrid.host.build.skills import declared_skills
 
-    reading = read_built(folder)
-    if reading.facts is None:
-        return []
-    uris = sorted(uri for uri in reading.facts.resources if uri.endswith("/" + SKILL_FILE))
+    uris = declared_skills(folder)
     return [f"  skills: {', '.join(uris)}"] if uris else []
 
 

@@ -184,7 +184,7 @@ async def test_a_signed_capsules_skill_is_served_and_verifies_after_install(skil
     artifact, public = publish(operator, folder, "acme", tmp_path / "skilled-0.1.0.capsule")
     operator("trust", "add", public, "--publisher", "acme")
     installed = operator("capsule", "install", artifact, "--yes")
-    assert "skill://skilled/" in installed.stderr
+    assert f"skills      {RUNBOOK}, {NOTES}" in installed.stderr  # the review names them
     env = server_env(home, ASTRID_CONFIG_DIR=str(operator.config))
     async with modern_client(principal="alice", capsule_home=home, stderr=tmp_path / "serve.log", env=env) as client:
         with anyio.fail_after(120):
