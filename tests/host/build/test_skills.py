@@ -148,3 +148,16 @@ def test_capsule_new_with_skill_scaffolds_a_skill_the_build_accepts(tmp_path):
     refused = run_astrid("capsule", "new", "tsy", "--with-skill", "--lang", "ts", cwd=tmp_path)
     assert refused.returncode == 1 and "only Python capsules serve skills" in refused.stderr
     assert not (tmp_path / "tsy").exists()
+
+
+def test_a_typescript_capsule_with_skills_is_refused_in_one_line(tmp_path):
+    from astrid.host.build import build_capsule
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "Capsule.toml").write_text(MANIFEST)
+    (folder / "app.ts").write_text("export {};\n")
+    skill(folder, "my-skill")
+    with pytest.raises(BuildError) as caught:
+        build_capsule(folder, cache_dir=tmp_path / "cache")
+    assert "do not serve skills yet" in str(caught.value) and "\n" not in str(caught.value)
