@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import mcp.types as types
 import pytest
+import yaml
 from mcp import MCPError
 
 from tests.e2e.builds import TEST_CAPSULES, build
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 NOTES = "skill://skilled/release-notes/SKILL.md"
 RUNBOOK = "skill://skilled/private-runbook/SKILL.md"
+DAILY = "skill://skilled/daily-brief/SKILL.md"  # dynamic: written per principal
 SKILL_FOLDER = TEST_CAPSULES / "skilled" / "skills" / "release-notes"
 
 
@@ -63,7 +65,7 @@ async def test_skills_list_gives_frontmatter_verbatim_and_every_file_with_its_di
             reads = await verified_files(client.session, entries[NOTES])
     assert listing["resultType"] == "complete" and "nextCursor" not in listing
     assert listing["cacheScope"] == "private"
-    assert set(entries) == {NOTES, RUNBOOK}
+    assert set(entries) == {NOTES, RUNBOOK, DAILY}
     notes = entries[NOTES]
     # every field the author wrote, in the author's order; a date stays the text written
     assert list(notes["frontmatter"].items()) == [
@@ -91,6 +93,24 @@ async def test_skills_list_gives_frontmatter_verbatim_and_every_file_with_its_di
     assert isinstance(skill_md, types.TextResourceContents) and skill_md.mime_type == "text/markdown"
     [icon] = reads["skill://skilled/release-notes/icon.png"].contents
     assert isinstance(icon, types.BlobResourceContents) and icon.mime_type == "image/png"
+
+
+async def test_a_dynamic_skill_is_dynamic_and_its_file_s_frontmatter_is_the_entry_s(skilled, capsule_home, stderr_file):
+    async with modern_client(skilled, principal="alice", capsule_home=capsule_home, stderr=stderr_file) as client:
+        with anyio.fail_after(60):
+            entry = (await get_skill(client.session, DAILY))["skill"]
+            read = await client.read_resource(DAILY)
+    assert entry["resources"] == "dynamic"
+    assert entry["frontmatter"] == {
+        "name": "daily-brief",
+        "description": "Today's brief for the signed-in user. Use at the start of a working day.",
+        "license": "MIT",
+        "metadata": {"generated": "per principal"},
+    }
+    [chunk] = read.contents
+    _, frontmatter, body = chunk.text.split("---\n", 2)
+    assert yaml.safe_load(frontmatter) == entry["frontmatter"]  # what a host compares, field by field
+    assert chunk.mime_type == "text/markdown" and body.startswith("# Brief for alice")
 
 
 async def test_skills_get_returns_the_entry_and_refuses_what_is_not_a_skill(skilled, capsule_home, stderr_file):
@@ -184,13 +204,13 @@ async def test_a_signed_capsules_skill_is_served_and_verifies_after_install(skil
     artifact, public = publish(operator, folder, "acme", tmp_path / "skilled-0.1.0.capsule")
     operator("trust", "add", public, "--publisher", "acme")
     installed = operator("capsule", "install", artifact, "--yes")
-    assert f"skills      {RUNBOOK}, {NOTES}" in installed.stderr  # the review names them
+    assert f"skills      {DAILY}, {RUNBOOK}, {NOTES}" in installed.stderr  # the review names them
     env = server_env(home, ASTRID_CONFIG_DIR=str(operator.config))
     async with modern_client(principal="alice", capsule_home=home, stderr=tmp_path / "serve.log", env=env) as client:
         with anyio.fail_after(120):
             entries = by_uri(await list_skills(client.session))
             reads = await verified_files(client.session, entries[NOTES])
-    assert set(entries) == {NOTES, RUNBOOK}
+    assert set(entries) == {NOTES, RUNBOOK, DAILY}
     assert len(reads) == len([p for p in SKILL_FOLDER.rglob("*") if p.is_file()])
     listed = json.loads(operator("resources", "list", "--json", "--principal", "alice").stdout)
     owner = next(r["capsule"] for r in listed if r["uri"] == NOTES)
@@ -223,7 +243,7 @@ async def test_capsule_list_the_banner_and_resources_list_name_the_skills(skille
 
     shown = astrid("capsule", "list", str(skilled))
     assert shown.returncode == 0, shown.stderr
-    assert f"  skills: {RUNBOOK}, {NOTES}" in shown.stdout
+    assert f"  skills: {DAILY}, {RUNBOOK}, {NOTES}" in shown.stdout
     listed = astrid("resources", "list", "--principal", "alice", "--capsules", str(skilled))
     assert listed.returncode == 0, listed.stderr
     assert NOTES in listed.stdout and "skill://skilled/release-notes/template.md" in listed.stdout
@@ -232,4 +252,4 @@ async def test_capsule_list_the_banner_and_resources_list_name_the_skills(skille
             await list_skills(client.session)
             while "  skills: " not in stderr_file.read_text():
                 await anyio.sleep(0.05)
-    assert f"astrid:   skills: {RUNBOOK}, {NOTES}" in stderr_file.read_text()
+    assert f"astrid:   skills: {DAILY}, {RUNBOOK}, {NOTES}" in stderr_file.read_text()

@@ -30,7 +30,7 @@ from astrid_sdk._serving import (
     Server,
 )
 from astrid_sdk._site import call_site, declare, subject
-from astrid_sdk._skills import add_skills, load_index, skill_resources
+from astrid_sdk._skills import add_skills, dynamic_skill, load_index, skill_resources
 from astrid_sdk._uri import flat_key as _flat_key
 
 # Besides Capsule, the names the agreement tests read here (`_capsule.STATIC_ACTION`);
@@ -53,6 +53,11 @@ __all__ = [
     "Template",
     "_flat_key",
 ]
+
+
+def _checked_skill(uri, description, frontmatter, handler, visible) -> _Static:
+    check_handler(handler, visible)
+    return dynamic_skill(uri, description, frontmatter, handler, visible)
 
 
 class Capsule:
@@ -272,6 +277,27 @@ class Capsule:
         index, root = load_index()
         if index is not None:
             declare(site, "skills", lambda: add_skills(self._registry, skill_resources(index, root, chosen, visible)))
+
+    def skill(self, uri: str, *, description: str, frontmatter=None, visible=None):
+        """Decorate `handler(ctx) -> str` writing the body of a skill's SKILL.md per call (per principal):
+        a dynamic skill (docs/skills.md), its entry `"resources": "dynamic"`. `uri` is its SKILL.md's
+        (`skill://notes/daily/SKILL.md`, the folder being the skill's name); the SDK writes the frontmatter
+        (`name`, `description`, then `frontmatter`'s fields) above the body."""
+
+        def decorate(handler):
+            site = call_site()
+            static = declare(
+                site,
+                subject("skill", uri, handler),
+                lambda: _checked_skill(uri, description, frontmatter, handler, visible),
+            )
+            static.site = site
+            refuse = self._registry.static.get(static.definition.uri)
+            declare(site, subject("skill", uri, handler), lambda: refuse_twice(refuse))
+            self._registry.add_resource(static)
+            return handler
+
+        return decorate
 
     def world(self):
         """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""

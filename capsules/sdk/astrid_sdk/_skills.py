@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from astrid_sdk._chunks import blob, text
 from astrid_sdk._errors import DefinitionError
@@ -81,6 +82,52 @@ def add_skills(registry, statics: list[_Static]) -> None:
         except DefinitionError as exc:
             raise DefinitionError(f"skill file {static.definition.uri}: {exc}") from None
         registry.add_resource(static)
+
+
+_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def dynamic_skill(uri: str, description: str, frontmatter, handler, visible) -> _Static:
+    """A skill whose SKILL.md the code writes per call: `handler(ctx) -> str` is its body, under a
+    frontmatter the SDK renders from the declaration (so the entry's frontmatter is exactly the file's).
+    Its entry says `"resources": "dynamic"` (no digest: the bytes may differ per principal and call)."""
+    if not isinstance(uri, str) or not uri.endswith("/" + SKILL_FILE):
+        raise DefinitionError(f"a skill's uri is its SKILL.md's, like skill://notes/daily/{SKILL_FILE}")
+    name = uri[: -len(SKILL_FILE) - 1].rsplit("/", 1)[-1]
+    if len(name) > 64 or not _NAME.fullmatch(name):
+        raise DefinitionError(f"skill name {name!r} (the folder before {SKILL_FILE}) breaks the Agent Skills rules")
+    if not isinstance(description, str) or not description.strip() or len(description) > 1024:
+        raise DefinitionError("a skill needs a description of 1-1024 characters")
+    extra = dict(frontmatter or {})
+    if "name" in extra or "description" in extra:
+        raise DefinitionError("name and description come from the uri and description=, not frontmatter=")
+    fields = {"name": name, "description": description, **extra}
+    # JSON is YAML: each field on its line, its value as JSON, reads back as the same mapping.
+    try:
+        lines = [f"{_key(k)}: {json.dumps(v, ensure_ascii=False, allow_nan=False)}\n" for k, v in fields.items()]
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"frontmatter= must hold JSON values: {exc}") from None
+    header = "---\n" + "".join(lines) + "---\n"
+
+    def skill_md(ctx):
+        body = handler(ctx)
+        if not isinstance(body, str):
+            raise DefinitionError(f"the body of the skill {name} must be text, not {type(body).__name__}")
+        return [text(header + body, mime_type="text/markdown")]
+
+    skill_md.__name__ = getattr(handler, "__name__", name)
+    meta = {SKILL_META: {"frontmatter": fields}}
+    definition = Resource(uri, name, description=description, mime_type="text/markdown", meta=meta)
+    return _Static(definition, skill_md, visible)
+
+
+def _key(key) -> str:
+    if not isinstance(key, str):
+        raise DefinitionError(f"frontmatter keys are strings, not {type(key).__name__}")
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 def _serves(chunk):
