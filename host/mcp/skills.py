@@ -23,6 +23,7 @@ declares no digest. The server declares the extension with
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable
@@ -101,8 +102,10 @@ def skill_uris(definitions: list[ResourceDefinition]) -> list[str]:
 
 def skills_in(definitions: list[ResourceDefinition], owner_of: Callable[[str], str | None]) -> list[SkillEntry]:
     """The skill entries among `definitions` (one principal's resources), sorted by URI."""
+    ordered = sorted(definitions, key=lambda d: d.uri)
+    uris = [d.uri for d in ordered]
     entries = []
-    for skill_md in sorted(definitions, key=lambda d: d.uri):
+    for skill_md in ordered:
         frontmatter = _frontmatter(skill_md)
         if frontmatter is None:
             continue
@@ -110,9 +113,12 @@ def skills_in(definitions: list[ResourceDefinition], owner_of: Callable[[str], s
         owner = owner_of(skill_md.uri)
         files: list[dict[str, Any]] = []
         dynamic = False
-        for definition in sorted(definitions, key=lambda d: d.uri):
-            if not definition.uri.startswith(folder) or owner_of(definition.uri) != owner:
-                continue
+        # the folder's files are one run of the sorted URIs
+        for definition in ordered[bisect.bisect_left(uris, folder) :]:
+            if not definition.uri.startswith(folder):
+                break
+            if owner_of(definition.uri) != owner:
+                continue  # another capsule's file in this folder is never part of the skill
             digest = _meta(definition).get(DIGEST_META)
             if not isinstance(digest, str) or not _HEX64.fullmatch(digest) or definition.size is None:
                 dynamic = True  # a file without a stable digest: the skill is dynamic
