@@ -80,3 +80,17 @@ def test_directory_children_are_files_and_subfolders_one_level_down():
     assert directory_children(listed, "skill://a/s/") is None  # no trailing '/'
     assert directory_children(listed, "skill://a/s/SKILL.md") is None  # a file
     assert directory_children(listed, "skill://a/nothing") is None
+
+
+def test_the_sdk_and_the_host_agree_on_the_meta_keys_and_the_index():
+    # The guest SDK cannot import the host: the same names live on both sides, held together here.
+    from astrid.host.build import skills as build
+    from astrid.host.mcp import skills as served
+    from astrid_sdk import _skills as sdk
+
+    assert (sdk.SKILL_META, sdk.DIGEST_META, sdk.SKILL_FILE) == (served.SKILL_META, served.DIGEST_META, "SKILL.md")
+    assert (sdk.INDEX_MODULE, sdk.INDEX_VERSION, sdk.SKILL_FILE) == (
+        build.INDEX_MODULE,
+        build.INDEX_VERSION,
+        build.SKILL_FILE,
+    )
