@@ -205,6 +205,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     add or remove. Unchanged capsules come from the build cache (ASTRID_BUILD_CACHE_DIR).
     """
     from astrid.host.build.builder import BuildError, build_capsule
+    from astrid.host.build.skills import SKILLS_FOLDER
 
     folders = _capsule_folders(path) if path.is_dir() else [path]
     if out is not None and len(folders) > 1:
@@ -224,6 +225,9 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
             click.echo(f"warning: {result.name}: {warning}", err=True)
         how = "unchanged, from the build cache" if result.cached else "built"
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
+        if (folder / SKILLS_FOLDER).is_dir():  # what it serves of them, asked of the component (docs/skills.md)
+            for line in _skill_lines(folder, result.output):
+                click.echo(line)
 
 
 @capsule.command("test", context_settings={"ignore_unknown_options": True})
@@ -374,12 +378,12 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
     return lines
 
 
-def _skill_lines(folder: Path) -> list[str]:
+def _skill_lines(folder: Path, component: Path | None = None) -> list[str]:
     """`  skills: <SKILL.md URIs>` of a built SDK capsule (docs/skills.md), asked of it in the sandbox as the
     build asks it; nothing for a capsule without skills or without the SDK."""
     from astrid.host.build.skills import declared_skills
 
-    uris = declared_skills(folder)
+    uris = declared_skills(folder, component)
     return [f"  skills: {', '.join(uris)}"] if uris else []
 
 
