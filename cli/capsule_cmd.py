@@ -113,17 +113,23 @@ def _look_deeper(path: Path, command: str) -> str:
     show_default=True,
     help="The capsule's language: Python (app.py), TypeScript (app.ts) or JavaScript (app.js).",
 )
-def capsule_new(name: str, parent: Path | None, lang: str) -> None:
+@click.option(
+    "--with-skill",
+    is_flag=True,
+    help="Also scaffold an Agent Skill, skills/using-NAME/SKILL.md, served to MCP clients (Python; docs/skills.md).",
+)
+def capsule_new(name: str, parent: Path | None, lang: str, with_skill: bool) -> None:
     """Scaffold a new capsule folder NAME (Capsule.toml, app.py, README.md, tests/test_app.py;
     with --lang ts or js: Capsule.toml, app.ts or app.js, package.json)."""
-    from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule
+    from astrid.host.build.scaffold import ScaffoldError, scaffold_capsule, skill_name_for
 
     try:
-        folder = scaffold_capsule(name, parent, lang)
+        folder = scaffold_capsule(name, parent, lang, with_skill=with_skill)
     except ScaffoldError as exc:
         raise UserError(str(exc)) from None
     if lang == "python":
-        click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py)")
+        skill = f", skills/{skill_name_for(name)}/SKILL.md" if with_skill else ""
+        click.echo(f"created {folder}/ (Capsule.toml, app.py, README.md, tests/test_app.py{skill})")
         click.echo(f"next: astrid capsule dev {folder} (serves it as you edit), or astrid capsule build {folder}")
     else:
         click.echo(f"created {folder}/ (Capsule.toml, app.{lang}, package.json, tests/test_app.py)")
@@ -201,6 +207,7 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
     add or remove. Unchanged capsules come from the build cache (ASTRID_BUILD_CACHE_DIR).
     """
     from astrid.host.build.builder import BuildError, build_capsule
+    from astrid.host.build.skills import SKILLS_FOLDER
 
     folders = _capsule_folders(path) if path.is_dir() else [path]
     if out is not None and len(folders) > 1:
@@ -220,6 +227,9 @@ def capsule_build(path: Path, out: Path | None, no_precompile: bool) -> None:
             click.echo(f"warning: {result.name}: {warning}", err=True)
         how = "unchanged, from the build cache" if result.cached else "built"
         click.echo(f"{result.name}: {how} -> {result.output} ({_human_size(result.size)}) in {result.seconds:.2f} s")
+        if (folder / SKILLS_FOLDER).is_dir():  # what it serves of them, asked of the component (docs/skills.md)
+            for line in _skill_lines(folder, result.output):
+                click.echo(line)
 
 
 @capsule.command("test", context_settings={"ignore_unknown_options": True})
@@ -370,6 +380,15 @@ def _code_mismatch(folder: Path, manifest) -> list[str]:
     return lines
 
 
+def _skill_lines(folder: Path, component: Path | None = None) -> list[str]:
+    """`  skills: <SKILL.md URIs>` of a built SDK capsule (docs/skills.md), asked of it in the sandbox as the
+    build asks it; nothing for a capsule without skills or without the SDK."""
+    from astrid.host.build.skills import declared_skills
+
+    uris = declared_skills(folder, component)
+    return [f"  skills: {', '.join(uris)}"] if uris else []
+
+
 @capsule.command("list")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -441,6 +460,8 @@ def capsule_list(paths: tuple[Path, ...], verbose: bool, grants_file: Path | Non
             click.echo(f"  publisher: {provenance.label()}")
             click.echo(f"  digest: sha256:{loaded.wasm_sha256[:16]}")
             click.echo(f"  namespaces: {', '.join(provenance.namespaces) or 'none'}")
+            for line in _skill_lines(folder):
+                click.echo(line)
             if verbose:
                 origin = "compile cache" if loaded.from_cache else "compiled now"
                 click.echo(f"  load: {loaded.load_seconds * 1000:.1f} ms ({origin})")

@@ -150,6 +150,7 @@ def _approve(plans, yes: bool) -> None:
         click.echo("", err=True)
         for line in plan.summary():
             click.echo(f"  {line}", err=True)
+        click.echo(f"  skills      {_skills_of(plan)}", err=True)
         if not plan.capsule.signed:
             _say("WARNING: this capsule is UNSIGNED (--allow-unsigned): nothing says who wrote it")
         if plan.downgrade is not None:
@@ -164,6 +165,25 @@ def _approve(plans, yes: bool) -> None:
         raise UserError("not installed: add --yes to install without a terminal to ask at")
     if not click.confirm("install?", default=False, err=True):
         raise UserError("not installed")
+
+
+def _skills_of(plan) -> str:
+    """The Agent Skills the component serves (docs/skills.md), asked of it in the sandbox before it is
+    installed, from a private copy of its two files; the reply is part of what the operator approves."""
+    import tempfile
+
+    from astrid.host.build.skills import declared_skills
+    from astrid.host.capsule.manifest import MANIFEST_NAME
+
+    with tempfile.TemporaryDirectory(prefix="astrid-review-") as scratch:
+        folder = Path(scratch)
+        (folder / MANIFEST_NAME).write_bytes(plan.verified.artifact.manifest)
+        (folder / plan.verified.manifest.component_file).write_bytes(plan.verified.artifact.component)
+        try:
+            uris = declared_skills(folder)
+        except Exception as exc:  # the review must still show the rest: it says why instead
+            return f"unknown (asking the component failed: {exc})"
+    return ", ".join(uris) or "none"
 
 
 def _install(plan, trust, lock, versions) -> None:

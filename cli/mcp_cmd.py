@@ -563,6 +563,8 @@ def ready_lines(hint: str, watching_line: str = WATCHING_LINE) -> Callable[[Read
         _say(line)
         for capsule_line in capsule_lines(status.capsules):
             _say(capsule_line)
+        if ready.skills:  # the MCP Skills extension's (docs/skills.md)
+            _say(f"  skills: {', '.join(ready.skills)}")
         _say(hint)
         if ready.watching_folders:
             _say(watching_line)

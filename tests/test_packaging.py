@@ -48,6 +48,7 @@ def test_the_wheel_ships_the_wit_contract_the_sdk_and_the_templates(tmp_path) ->
     assert runner and runner <= names
     assert "astrid/capsules/templates/app.py.tmpl" in names
     assert {"astrid/capsules/docs/Capsule.toml", "astrid/capsules/docs/assets/logo.png"} <= names
+    assert "astrid/capsules/docs/skills/astrid-resources/SKILL.md" in names  # its skill (docs/skills.md)
     assert {
         "astrid/capsules/feeds/Capsule.toml",
         "astrid/capsules/feeds/app.ts",

@@ -3,7 +3,9 @@
 - `astrid://docs/<page>`: the Markdown pages in `pages/`, a URI family
   listed in describe (one entry per page);
 - `astrid://docs/logo.png`: a PNG served as a blob;
-- `astrid://docs/tour`: one URI that reads as several chunks, text and blob.
+- `astrid://docs/tour`: one URI that reads as several chunks, text and blob;
+- `skill://docs/astrid-resources/...`: an Agent Skill (skills/), how to use
+  astrid's resources, served by the SDK from the build's index (docs/skills.md).
 
 The pages and the image are read at import time, which runs while
 `astrid capsule build` builds the component: they are baked into it (the

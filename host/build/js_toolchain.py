@@ -32,6 +32,7 @@ from pathlib import Path
 from astrid.capsules import CAPSULES_DIR
 from astrid.host.build import npm_deps
 from astrid.host.build.js_install import ready_toolchain
+from astrid.host.build.skills import SKILLS_FOLDER, read_skills
 from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.capsule.manifest import Manifest
 from astrid.host.errors import BuildError
@@ -92,6 +93,11 @@ class JsToolchain:
         entry = self._entry(folder)
         if entry is None:
             raise BuildError(self.missing(folder))
+        if read_skills(Path(folder), exclude):  # checked, then refused rather than left out unsaid
+            raise BuildError(
+                f"{shown(Path(folder) / SKILLS_FOLDER)}: TypeScript and JavaScript capsules do not serve skills yet "
+                "(docs/skills.md): serve them from a Python capsule, or move the folder out"
+            )
         tools = ready_toolchain(cache, progress)
         npm_deps.install(Path(folder), progress)
         return JsBuild(Path(folder), entry, manifest, exclude, tools, content_hash(Path(folder), exclude, tools))

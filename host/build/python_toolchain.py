@@ -36,6 +36,7 @@ from pathlib import Path
 
 from astrid.capsules import SDK_DIR
 from astrid.host.build.requirements import REQUIREMENTS_FILE, Site, install_site, read_requirements, site_packages_of
+from astrid.host.build.skills import INDEX_MODULE, Skill, index_module, read_skills
 from astrid.host.build.steps import ContentDigest, Progress, last_line, run_tool, scratch_folder, shown, source_files
 from astrid.host.build.unfit_packages import unfit_module
 from astrid.host.capsule.manifest import Manifest
@@ -71,9 +72,14 @@ def _wit_files() -> list[Path]:
     return sorted(WIT_DIR.rglob("*.wit"))
 
 
-def content_hash(folder: Path, exclude: tuple[Path, ...] = (), site: str | None = None) -> str:
-    """sha256 over everything a build depends on; `site` is the tree hash of the installed requirements."""
+def content_hash(
+    folder: Path, exclude: tuple[Path, ...] = (), site: str | None = None, skills: tuple[Skill, ...] = ()
+) -> str:
+    """sha256 over everything a build depends on; `site` is the tree hash of the installed requirements,
+    `skills` the capsule's skills (their files are capsule files: this adds the generated index)."""
     digest = ContentDigest()
+    if skills:  # only then: a capsule without skills keeps the key it had
+        digest.add("skills-index", index_module(list(skills)).encode())
     digest.add_files("capsule/", folder, source_files(folder, exclude))
     digest.add_files("sdk/", SDK_DIR, _sdk_files())
     digest.add_files("wit/", WIT_DIR, _wit_files())
@@ -123,10 +129,13 @@ class PythonToolchain:
         self, folder: Path, manifest: Manifest, *, exclude: tuple[Path, ...], cache: Path, progress: Progress | None
     ) -> PythonBuild:
         check_syntax(folder)
+        skills = tuple(read_skills(folder, exclude))  # checked before anything slow runs
         requirements = read_requirements(folder)
         site = install_site(requirements, cache, progress) if requirements is not None else None
-        digest = content_hash(folder, exclude=exclude, site=site.tree_sha256 if site is not None else None)
-        return PythonBuild(folder, manifest, exclude, site, digest)
+        digest = content_hash(
+            folder, exclude=exclude, site=site.tree_sha256 if site is not None else None, skills=skills
+        )
+        return PythonBuild(folder, manifest, exclude, site, digest, skills)
 
 
 PYTHON = PythonToolchain()
@@ -139,6 +148,7 @@ class PythonBuild:
     exclude: tuple[Path, ...]
     site: Site | None
     content_hash: str
+    skills: tuple[Skill, ...] = ()
 
     def componentize(self, out: Path, cache: Path, progress: Progress | None) -> None:
         from astrid.host.toolpaths import componentize_py
@@ -183,6 +193,8 @@ class PythonBuild:
             copy = guest / path.relative_to(self.folder)
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, copy)
+        if self.skills:  # the SDK serves them from this index and the copied files (host/build/skills.py)
+            (guest / f"{INDEX_MODULE}.py").write_text(index_module(list(self.skills)), encoding="utf-8")
         sdk = scratch / "sdk"
         for path in _sdk_files():
             copy = sdk / path.relative_to(SDK_DIR)

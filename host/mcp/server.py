@@ -79,6 +79,9 @@ from astrid.host.mcp.reshape import (
     to_template,
 )
 from astrid.host.mcp.sdk_internals import PinnedOptionsServer, check_version, connection_of
+from astrid.host.mcp.skills import CAPABILITY as SKILLS_CAPABILITY
+from astrid.host.mcp.skills import EXTENSION as SKILLS_EXTENSION
+from astrid.host.mcp.skills import SkillsExtension
 from astrid.host.mcp.stdio import screened_stdio_server
 from astrid.host.mcp.stdio_wire import InputStop
 from astrid.host.mcp.tools import ResourceTools
@@ -245,6 +248,8 @@ class AstridMcpServer:
         self.tools = ResourceTools(self) if resource_tools else None
         if self.tools is not None:
             self.tools.register(self.server)
+        # The MCP Skills extension: skills/list, skills/get, resources/directory/read (`skills.py`)
+        SkillsExtension(self).register(self.server)
         # Pin the options: transports that build them themselves (in-memory,
         # streamable HTTP) would otherwise report listChanged false.
         options = self.server.create_initialization_options(NotificationOptions(resources_changed=True))
@@ -258,6 +263,7 @@ class AstridMcpServer:
             resources=types.ResourcesCapability(subscribe=True, list_changed=True),
             completions=types.CompletionsCapability(),
             tools=self.tools.capability() if self.tools is not None else None,
+            extensions={SKILLS_EXTENSION: dict(SKILLS_CAPABILITY)},
         )
 
     def initialization_options(self) -> InitializationOptions:
@@ -453,6 +459,11 @@ class AstridMcpServer:
         return await self._call(
             principal, lambda door: door.read(uri).result(), uri=uri, started=lambda door: door.read(uri)
         )
+
+    async def call(self, principal: str, call: Callable[[FrontDoor], T]) -> T:
+        """`call` with `principal`'s front door, on a worker thread, under the same busy cap (the skills
+        extension, `skills.py`)."""
+        return await self._call(principal, call)
 
     async def _definitions(self, principal: str) -> list[ResourceDefinition]:
         return await self._call(

@@ -19,6 +19,7 @@ class Ready:
     resources: int | str | None  # how many that principal sees; str: why unknown; None: no one principal
     watching_folders: bool  # a rebuilt capsule is reloaded
     capsules_elsewhere: bool  # `--workers`: this process runs none, it joined the capsule hosts
+    skills: tuple[str, ...] = ()  # the SKILL.md URIs that principal sees (docs/skills.md)
 
 
 def when_ready(
@@ -42,7 +43,7 @@ def _after_load(
         return
     if runtime.stopping:  # stopped while loading: the capsules it cut short are no news
         return
-    resources = _resource_count(runtime) if runtime.principal is not None else None
+    resources, skills = _listing(runtime) if runtime.principal is not None else (None, ())
     if runtime.closed:  # the client left while we were loading
         return
     runtime.watch_mounts()  # live data: always on; it polls only folders granted as fs mounts
@@ -50,11 +51,15 @@ def _after_load(
     if watching:
         runtime.watch_folders()
     elsewhere = not runtime.config.capsule_paths and runtime.config.bus_url is not None
-    on_ready(Ready(runtime.status, runtime.principal, resources, watching, elsewhere))
+    on_ready(Ready(runtime.status, runtime.principal, resources, watching, elsewhere, skills))
 
 
-def _resource_count(runtime: Runtime) -> int | str:
+def _listing(runtime: Runtime) -> tuple[int | str, tuple[str, ...]]:
+    """How many resources the principal sees, and its skills' SKILL.md URIs."""
+    from astrid.host.mcp.skills import skill_uris
+
     try:
-        return len(runtime.list_resources())
+        definitions = runtime.list_resources()
     except Exception as exc:  # a banner's count must not take the server down: it says why instead
-        return f"unknown ({exc})"
+        return f"unknown ({exc})", ()
+    return len(definitions), tuple(skill_uris(list(definitions)))

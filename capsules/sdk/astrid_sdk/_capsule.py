@@ -30,6 +30,7 @@ from astrid_sdk._serving import (
     Server,
 )
 from astrid_sdk._site import call_site, declare, subject
+from astrid_sdk._skills import add_skills, dynamic_skill, load_index, skill_resources
 from astrid_sdk._uri import flat_key as _flat_key
 
 # Besides Capsule, the names the agreement tests read here (`_capsule.STATIC_ACTION`);
@@ -54,6 +55,11 @@ __all__ = [
 ]
 
 
+def _checked_skill(uri, description, frontmatter, handler, visible) -> _Static:
+    check_handler(handler, visible)
+    return dynamic_skill(uri, description, frontmatter, handler, visible)
+
+
 class Capsule:
     """A resource-serving capsule: declare resources, then `WitWorld = capsule.world()`."""
 
@@ -69,6 +75,7 @@ class Capsule:
         self._registry = Registry()
         self._server = Server(self)
         self._counter = 0
+        self._skills_served = False
 
     @property
     def _static(self) -> dict[str, _Static]:
@@ -251,8 +258,51 @@ class Capsule:
         """
         return self._server.static_replies(host)
 
+    def skills(self, *, prefix: str | None = None, visible=None) -> None:
+        """Serve the Agent Skills of the capsule's `skills/` folder (docs/skills.md), each file a static
+        resource at `prefix + <name>/<path>` (default prefix `skill://<capsule name>/`).
+
+        Optional: `world()` serves them with the defaults when this was not called. `visible(ctx) -> bool`
+        hides every skill from principals it returns False for, as `visible=` of a resource does.
+        """
+        site = call_site()
+        if self._skills_served:
+            raise DefinitionError("skills are served once (call capsule.skills() at most once)", site=site)
+        chosen = prefix if prefix is not None else f"skill://{self.name}/"
+        if not isinstance(chosen, str) or not chosen.startswith("skill://") or not chosen.endswith("/"):
+            raise DefinitionError(f"skills prefix {chosen!r} must start with skill:// and end with /", site=site)
+        if visible is not None and not callable(visible):
+            raise DefinitionError("visible= must be a function of ctx", site=site)
+        self._skills_served = True
+        index, root = load_index()
+        if index is not None:
+            declare(site, "skills", lambda: add_skills(self._registry, skill_resources(index, root, chosen, visible)))
+
+    def skill(self, uri: str, *, description: str, frontmatter=None, visible=None):
+        """Decorate `handler(ctx) -> str` writing the body of a skill's SKILL.md per call (per principal):
+        a dynamic skill (docs/skills.md), its entry `"resources": "dynamic"`. `uri` is its SKILL.md's
+        (`skill://notes/daily/SKILL.md`, the folder being the skill's name); the SDK writes the frontmatter
+        (`name`, `description`, then `frontmatter`'s fields) above the body."""
+
+        def decorate(handler):
+            site = call_site()
+            static = declare(
+                site,
+                subject("skill", uri, handler),
+                lambda: _checked_skill(uri, description, frontmatter, handler, visible),
+            )
+            static.site = site
+            refuse = self._registry.static.get(static.definition.uri)
+            declare(site, subject("skill", uri, handler), lambda: refuse_twice(refuse))
+            self._registry.add_resource(static)
+            return handler
+
+        return decorate
+
     def world(self):
         """The `WitWorld` class componentize-py exports (assign it to `WitWorld` in app.py)."""
+        if not self._skills_served:
+            self.skills()
         try:
             import wit_world
             from wit_world.imports import lifecycle

@@ -1,0 +1,4 @@
+import sys
+
+for line in sorted(sys.stdin):
+    print(line.rstrip())
