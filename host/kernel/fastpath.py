@@ -285,6 +285,14 @@ def _keep_gil(name: str) -> None:
 _ORIGINAL_TAGGED = T.VariantLikeType._tagged
 _ORIGINAL_FUNC_TYPE = _func.Func.type
 _ORIGINAL_LIST_TO_C = T.ListType.convert_to_c
+# wasmtime-py's own conversions that `install` replaces (the tests check the two agree)
+STOCK_CONVERSIONS = {
+    (T.String, "convert_to_c"): T.String.convert_to_c,
+    (T.String, "convert_from_c"): T.String.convert_from_c,
+    (T.RecordType, "convert_to_c"): T.RecordType.convert_to_c,
+    (T.RecordType, "convert_from_c"): T.RecordType.convert_from_c,
+    (T.VariantType, "convert_to_c"): T.VariantType.convert_to_c,
+}
 
 
 def install(component_of: Callable[[Any], Any] | None = None) -> bool:
