@@ -133,11 +133,13 @@ def _string_from_c(self: Any, c: Any) -> str:
         raise TypeError("expected a string value")
     vec = c.of.string
     size = vec.size
-    text = (
-        codecs.utf_8_decode((ctypes.c_char * size).from_address(ctypes.addressof(vec.data.contents)))[0] if size else ""
-    )
-    ffi.wasm_byte_vec_delete(ctypes.byref(vec))
-    return text
+    try:
+        if not size:
+            return ""
+        view = (ctypes.c_char * size).from_address(ctypes.addressof(vec.data.contents))
+        return codecs.utf_8_decode(view, "strict", True)[0]  # final: a cut sequence raises, as bytes.decode does
+    finally:
+        ffi.wasm_byte_vec_delete(ctypes.byref(vec))
 
 
 def _encoded_fields(self: Any) -> list[tuple[str, bytes, Any]]:
