@@ -16,6 +16,11 @@ guest's millisecond clock):
   ...), each timed across wasmtime-py's trampoline, conversions included;
 - `guest`: the wasm run minus the imports: CPython-in-wasm itself.
 
+`--direct` also makes each read's hook call on this thread, straight on the
+principal's warm sandbox: the call's own cost, without the pool's and the
+bus's thread hand-offs, where a loaded machine adds waits for the GIL to the
+`guest` and `imports` phases (docs/performance.md, "The guest call, second pass").
+
 It prints the median and p90 per phase, in microseconds, and the number of
 host imports per read (`--json`: also the medians as a last JSON line, for
 `make bench`). The timers are installed by this tool only; the
@@ -37,7 +42,7 @@ from typing import Any
 from wasmtime.component import _func
 
 from astrid.host.broker import BrokerClient
-from astrid.host.kernel import wasmtime_patches
+from astrid.host.kernel import sandbox, wasmtime_patches
 from astrid.host.kernel.abi import HostAbi
 from astrid.host.runtime import Runtime, RuntimeConfig
 
@@ -144,7 +149,7 @@ def main() -> None:
     capsule = Path(sys.argv[sys.argv.index("--capsule") + 1]) if "--capsule" in sys.argv else HERE / "capsule"
     clock = PhaseClock()
     with installed(clock):
-        run(capsule, rounds, clock, "--json" in sys.argv)
+        run(capsule, rounds, clock, "--json" in sys.argv, "--direct" in sys.argv)
 
 
 def reader(client: BrokerClient, uri: str) -> Callable[[], object]:
@@ -152,7 +157,43 @@ def reader(client: BrokerClient, uri: str) -> Callable[[], object]:
     return lambda: client.read(uri).result()
 
 
-def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool) -> None:
+@contextmanager
+def last_call() -> Iterator[dict[str, Any]]:
+    """Records the sandbox and the message of the pool's last hook call (while the block runs)."""
+    seen: dict[str, Any] = {}
+    stock = sandbox.SandboxPool._call
+
+    def recording(pool: Any, instance: Any, message: Any, handler: str) -> Any:
+        seen.update(instance=instance, message=message, handler=handler)
+        return stock(pool, instance, message, handler)
+
+    sandbox.SandboxPool._call = recording  # type: ignore[method-assign,assignment]
+    try:
+        yield seen
+    finally:
+        sandbox.SandboxPool._call = stock  # type: ignore[method-assign]
+
+
+def direct_caller(client: BrokerClient, uri: str) -> Callable[[], object]:
+    """A read's hook call made on this thread, on the sandbox a read of `uri` just used."""
+    with last_call() as seen:
+        client.read(uri).result()
+    instance, message, handler = seen["instance"], seen["message"], seen["handler"]
+    payload = message.payload.encode("utf-8")
+
+    def call() -> object:
+        with instance.lock:
+            instance.current = sandbox.CallContext(message, time.monotonic() + 5)
+            instance.store.set_epoch_deadline(1 << 20)  # this tool's calls are not bounded by the engine's ticks
+            try:
+                return instance.hook(instance.store, handler, payload)
+            finally:
+                instance.current = None
+
+    return call
+
+
+def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool, direct: bool = False) -> None:
     runtime = Runtime(RuntimeConfig(capsule_paths=[capsule], principal=PRINCIPAL))
     runtime.start(background=False)
     runtime.wait_ready(120)
@@ -169,6 +210,11 @@ def run(capsule: Path, rounds: int, clock: PhaseClock, as_json: bool) -> None:
             phases, imports = split(reader(client, uri), clock, rounds)
             print(report(name, phases, imports))
             medians[name] = {phase: statistics.median(phases[phase]) * 1e6 for phase in PHASES}
+        for name, uri in (("text, direct", text), ("blob, direct", blob)) if direct else ():
+            call = direct_caller(client, uri)
+            for _ in range(50):
+                call()
+            print(report(name, *split(call, clock, rounds)))
         if as_json:
             print(json.dumps({"columns": list(PHASES), "rows": medians}))
     finally:

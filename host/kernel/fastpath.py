@@ -8,7 +8,10 @@ per host import) and converts `list<u8>` byte by byte. This module:
   again;
 - keeps each export function's type on its `Func` (a Func lives in one Store);
 - lowers `list<u8>` from bytes in one pass, in place, instead of byte by byte;
-- lowers a string (and a record's field names) with one copy, not two, in one C call;
+- lowers a string with one copy, not two, in one C call, written straight into its value cell;
+- encodes a record's field names and a variant's case names once per type object, and lifts a
+  record without decoding each field's name back (the type gives the fields, in order);
+- lifts a string by decoding the C buffer itself (no bytearray copy first);
 - keeps the GIL across the C API's memory helpers that conversions call (`KEEP_GIL`);
 - caches a host import's parameter and result types per (import, component),
   so a component's types are computed once. Keying by component keeps it safe
@@ -27,6 +30,7 @@ It touches private modules, hence the exact wasmtime pin in pyproject.toml.
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import os
 import threading
@@ -113,6 +117,104 @@ def _str_to_capi(s: str) -> ffi.wasm_byte_vec_t:
     return vec
 
 
+def _string_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
+    """A string lowered into the value cell itself (stock code builds a byte vector, then copies it in)."""
+    if not isinstance(val, str):
+        raise TypeError("expected string type")
+    data = val.encode("utf-8")
+    cell = ptr.contents
+    cell.kind = ffi.WASMTIME_COMPONENT_STRING
+    _byte_vec_from(ctypes.byref(cell.of.string), len(data), data)
+
+
+def _string_from_c(self: Any, c: Any) -> str:
+    """A string lifted with one copy, decoded from the C buffer (stock code copies it to a bytearray first)."""
+    if c.kind != _STRING_KIND:
+        raise TypeError("expected a string value")
+    vec = c.of.string
+    size = vec.size
+    try:
+        if not size:
+            return ""
+        view = (ctypes.c_char * size).from_address(ctypes.addressof(vec.data.contents))
+        return codecs.utf_8_decode(view, "strict", True)[0]  # final: a cut sequence raises, as bytes.decode does
+    finally:
+        ffi.wasm_byte_vec_delete(ctypes.byref(vec))
+
+
+def _encoded_fields(self: Any) -> list[tuple[str, bytes, Any]]:
+    """A record type's fields with their names' UTF-8, computed once per type object."""
+    try:
+        return self.__dict__["_astrid_encoded_fields"]
+    except KeyError:
+        fields = [(name, name.encode("utf-8"), ty) for name, ty in self.fields]
+        self.__dict__["_astrid_encoded_fields"] = fields
+        return fields
+
+
+def _record_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
+    """`RecordType.convert_to_c` with each field name's bytes encoded once per type, written in place."""
+    fields = _encoded_fields(self)
+    raw = ffi.wasmtime_component_valrecord_t()
+    ffi.wasmtime_component_valrecord_new_uninit(raw, len(fields))
+    entries = raw.data
+    done = 0
+    try:
+        for name, encoded, ty in fields:
+            entry = entries[done]
+            ty.convert_to_c(store, getattr(val, name), ctypes.pointer(entry.val))
+            _byte_vec_from(ctypes.byref(entry.name), len(encoded), encoded)
+            done += 1
+    except BaseException:
+        # As the stock code does: what was not filled becomes a plain bool, then the record is freed.
+        for j in range(done, len(fields)):
+            entries[j].val.kind = ffi.WASMTIME_COMPONENT_BOOL
+            entries[j].val.of.boolean = False
+        ffi.wasmtime_component_valrecord_delete(ctypes.byref(raw))
+        raise
+    cell = ptr.contents
+    cell.kind = ffi.WASMTIME_COMPONENT_RECORD
+    cell.of.record = raw
+
+
+def _record_from_c(self: Any, c: Any) -> Any:
+    """`RecordType.convert_from_c` without decoding each field's name (the type gives the fields, in order)."""
+    if c.kind != _RECORD_KIND:
+        raise TypeError("expected a record value")
+    record = c.of.record
+    try:
+        lifted = T.Record()
+        entries = record.data
+        for i, (name, _, ty) in zip(range(record.size), _encoded_fields(self), strict=False):
+            value = entries[i].val
+            setattr(lifted, name, ty.convert_from_c(value))
+            value.kind = ffi.WASMTIME_COMPONENT_BOOL  # lifted: the record's delete must not free it again
+            value.of.boolean = False
+        return lifted
+    finally:
+        ffi.wasmtime_component_valrecord_delete(record)
+
+
+def _variant_to_c(self: Any, store: Any, val: Any, ptr: Any) -> None:
+    """`VariantType.convert_to_c` with the case name's bytes encoded once per type, written in place."""
+    name, raw = self._lower(store, val)
+    encoded = _case_names(self)[name]
+    cell = ptr.contents
+    cell.kind = ffi.WASMTIME_COMPONENT_VARIANT
+    variant = cell.of.variant
+    _byte_vec_from(ctypes.byref(variant.discriminant), len(encoded), encoded)
+    variant.val = raw
+
+
+def _case_names(self: Any) -> dict[str, bytes]:
+    try:
+        return self.__dict__["_astrid_case_names"]
+    except KeyError:
+        names = {name: name.encode("utf-8") for name, _ in self.cases}
+        self.__dict__["_astrid_case_names"] = names
+        return names
+
+
 def _field_offset(struct: type, name: str) -> int:
     """A ctypes field's byte offset (read off the class: the stubs know only the instance attribute)."""
     return int(getattr(struct, name).offset)
@@ -122,6 +224,8 @@ _U8_OFFSET = _field_offset(ffi.wasmtime_component_val_t, "of") + _field_offset(f
 _KIND_OFFSET = _field_offset(ffi.wasmtime_component_val_t, "kind")
 _CELL_SIZE = ctypes.sizeof(ffi.wasmtime_component_val_t)
 _U8_KIND = bytes([ffi.WASMTIME_COMPONENT_U8.value])
+_STRING_KIND = ffi.WASMTIME_COMPONENT_STRING.value
+_RECORD_KIND = ffi.WASMTIME_COMPONENT_RECORD.value
 
 
 def _func_type(self: Any, store: Any) -> Any:
@@ -183,6 +287,14 @@ def _keep_gil(name: str) -> None:
 _ORIGINAL_TAGGED = T.VariantLikeType._tagged
 _ORIGINAL_FUNC_TYPE = _func.Func.type
 _ORIGINAL_LIST_TO_C = T.ListType.convert_to_c
+# wasmtime-py's own conversions that `install` replaces (the tests check the two agree)
+STOCK_CONVERSIONS = {
+    (T.String, "convert_to_c"): T.String.convert_to_c,
+    (T.String, "convert_from_c"): T.String.convert_from_c,
+    (T.RecordType, "convert_to_c"): T.RecordType.convert_to_c,
+    (T.RecordType, "convert_from_c"): T.RecordType.convert_from_c,
+    (T.VariantType, "convert_to_c"): T.VariantType.convert_to_c,
+}
 
 
 def install(component_of: Callable[[Any], Any] | None = None) -> bool:
@@ -217,6 +329,11 @@ def install(component_of: Callable[[Any], Any] | None = None) -> bool:
         setattr(T.VariantLikeType, "_tagged", _tagged)  # noqa: B010
         setattr(_func.Func, "type", _func_type)  # noqa: B010
         setattr(T.ListType, "convert_to_c", _list_to_c)  # noqa: B010
+        setattr(T.String, "convert_to_c", _string_to_c)  # noqa: B010
+        setattr(T.String, "convert_from_c", _string_from_c)  # noqa: B010
+        setattr(T.RecordType, "convert_to_c", _record_to_c)  # noqa: B010
+        setattr(T.RecordType, "convert_from_c", _record_from_c)  # noqa: B010
+        setattr(T.VariantType, "convert_to_c", _variant_to_c)  # noqa: B010
         ffi.str_to_capi = _str_to_capi  # the component types call it through the module
         for name in KEEP_GIL:
             _keep_gil(name)

@@ -15,7 +15,9 @@ _SEGMENT = re.compile(r"[a-z0-9_-]+")
 
 
 def utf8_len(text: str) -> int:
-    return len(text.encode("utf-8"))
+    # ASCII (a flag CPython keeps on the string): one byte per character, no encoded copy to count.
+    # Anything else is encoded, so a lone surrogate still raises UnicodeEncodeError.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def is_clean_segment(value: object) -> bool:

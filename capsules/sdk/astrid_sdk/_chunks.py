@@ -50,14 +50,22 @@ class Chunk:
             wire["blob"] = base64_of(self.data)
         return wire
 
-    def to_json(self, default_uri: str) -> str:
+    def to_json(self, default_uri: str, encoded_default_uri: str | None = None) -> str:
         """The chunk as JSON text, built without re-scanning a large blob.
 
         Base64 needs no JSON escaping, so a blob's text is spliced in as is:
         in the guest, encoding it through `json.dumps` costs more than the
-        base64 itself.
+        base64 itself. `encoded_default_uri` is `dumps(default_uri)` when the
+        caller has it already (same bytes either way).
         """
-        head = dumps(self.head(default_uri))[:-1]
+        if self.uri is None and encoded_default_uri is not None:
+            head = '{"type":' + dumps(self.kind) + ',"uri":' + encoded_default_uri
+            if self.mime_type is not None:
+                head += ',"mime_type":' + dumps(self.mime_type)
+            if self.meta is not None:
+                head += ',"meta":' + dumps(self.meta)
+        else:
+            head = dumps(self.head(default_uri))[:-1]
         if self.kind == "text":
             return head + ',"text":' + dumps(self.data) + "}"
         return head + ',"blob":"' + base64_of(self.data) + '"}'

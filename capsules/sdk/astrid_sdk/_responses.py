@@ -22,7 +22,9 @@ def read_response(uri: str, chunks=None, error=None) -> dict:
 
 def read_response_json(uri: str, chunks) -> str:
     """A successful `read-response` as JSON text (same bytes as `dumps(read_response(...))`)."""
-    return '{"uri":' + dumps(uri) + ',"contents":[' + ",".join(c.to_json(uri) for c in chunks) + "]}"
+    encoded_uri = dumps(uri)  # once: a chunk without a URI of its own repeats it
+    contents = ",".join(c.to_json(uri, encoded_uri) for c in chunks)
+    return '{"uri":' + encoded_uri + ',"contents":[' + contents + "]}"
 
 
 def describe_response(resources) -> dict:

@@ -12,6 +12,7 @@ import re
 
 _ASCII_RUN = re.compile(r"[\x00-\x7f]+")
 _HEX = frozenset("0123456789abcdefABCDEF")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # what a flat key may not hold (one scan, not a loop per character)
 
 
 def percent_decode(text: str) -> str:
@@ -53,7 +54,7 @@ def flat_key(key: str) -> bool:
     `.` or `..`, and none of that smuggled in percent-encoded (escapes that are not UTF-8 are refused)."""
     if not key or "/" in key or "\\" in key:
         return False
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+    if _CONTROL.search(key) is not None:
         return False
     try:
         decoded = percent_decode(key)
