@@ -324,7 +324,8 @@ class WasiHost:
         reps = [_rep(store, pollable) for pollable in pollables]
         if not reps:
             return []
-        waits = [_until(rep, _now_ms()) for rep in reps]
+        now = _now_ms()  # one reading for all: the soonest is the earliest instant, however long the list
+        waits = [_until(rep, now) for rep in reps]
         self._sleep(store, min(waits))
         now = _now_ms()
         ready = [index for index, rep in enumerate(reps) if _until(rep, now) <= 0]
